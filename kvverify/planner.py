@@ -1,0 +1,353 @@
+"""Startup planning: block count, tensors, the startup check, auto-fit, concurrency.
+
+Mirrors upstream's ``kv_cache_planning.py`` (``get_kv_cache_configs``,
+``get_kv_cache_config_from_groups``, ``_check_enough_kv_cache_memory``,
+``estimate_max_model_len``, ``_auto_fit_max_model_len``) and ``kv_cache_utils.py``
+(``get_max_concurrency_for_kv_cache_config``). The capacity arithmetic itself lives in
+:mod:`kvverify.arith`, shared with the Z3 lemmas.
+
+Net effect of the check (PR #47272): ``sum_g blocks_g(L) <= N - 1`` — the null block
+BlockPool keeps is reserved.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+from kvverify import arith, flaws
+from kvverify.config import VllmConfig
+from kvverify.errors import ConfigError, StartupCheckError, require_int, MAX_BYTES
+from kvverify.grouping import (
+    KVCacheGroupSpec,
+    get_global_kv_cache_groups,
+    get_kv_cache_groups,
+    project_groups_to_worker,
+)
+from kvverify.specs import KVCacheSpec, UniformTypeKVCacheSpecs, iter_layer_specs
+
+
+@dataclass(frozen=True)
+class KVCacheTensor:
+    """One placement of same-shaped layers in the KV cache backing (upstream ``KVCacheTensor``).
+
+    Layer ``layers[l]``'s page for block ``b`` starts at
+    ``offset + l * layer_stride + b * block_stride`` bytes into a backing of ``size``
+    bytes. Tensors of different groups alias the same bytes from offset 0: a block id
+    is owned by one group at a time. Layout is layer-outermost (each layer's blocks
+    contiguous), the default on the platforms modelled here.
+    """
+
+    size: int
+    layers: tuple[str, ...]
+    layer_stride: int
+    block_stride: int
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class KVCacheConfig:
+    """A worker's plan: ``num_blocks`` (null block included), tensors and groups."""
+
+    num_blocks: int
+    kv_cache_tensors: tuple[KVCacheTensor, ...]
+    kv_cache_groups: tuple[KVCacheGroupSpec, ...]
+
+
+def per_layer_spec(group: KVCacheGroupSpec, layer_name: str) -> KVCacheSpec:
+    spec = group.kv_cache_spec
+    if isinstance(spec, UniformTypeKVCacheSpecs):
+        return spec.specs[layer_name]
+    return spec
+
+
+def bytes_per_block(groups: Sequence[KVCacheGroupSpec]) -> int:
+    """``_get_kv_cache_bytes_per_block``: the largest group's sum of layer pages."""
+    if not groups:
+        return 0
+    return max(sum(per_layer_spec(g, n).page_size_bytes for n in g.layer_names) for g in groups)
+
+
+def group_blocks_per_request(group: KVCacheGroupSpec, vllm_config: VllmConfig) -> int:
+    """Blocks one max_model_len request holds in ``group`` (the startup bound)."""
+    return group.kv_cache_spec.max_blocks_per_request(vllm_config)
+
+
+def blocks_per_request(groups: Sequence[KVCacheGroupSpec], vllm_config: VllmConfig) -> int:
+    """``sum_g blocks_g(L)`` over all groups (PR #36030); only the first with the flaw."""
+    if flaws.is_on("autofit_first_group_only") and _in_auto_fit():
+        groups = groups[:1]
+    return sum(group_blocks_per_request(g, vllm_config) for g in groups)
+
+
+def max_memory_usage_bytes_from_groups(groups: Sequence[KVCacheGroupSpec],
+                                       vllm_config: VllmConfig) -> int:
+    """``_max_memory_usage_bytes_from_groups``: ``bytes_per_block * sum_g blocks_g(L)``."""
+    if not groups:
+        return 0
+    return arith.needed_memory(bytes_per_block(groups), blocks_per_request(groups, vllm_config))
+
+
+def estimate_max_model_len_from_groups(groups: Sequence[KVCacheGroupSpec], vllm_config: VllmConfig,
+                                       available_memory: int, upper: int | None = None) -> int:
+    """Binary search on ``[1, upper]`` for the largest length whose need fits; 0 if none."""
+    hi = vllm_config.planning_max_model_len if upper is None else upper
+
+    def fits(length: int) -> bool:
+        return max_memory_usage_bytes_from_groups(
+            groups, vllm_config.with_max_model_len(length)) <= available_memory
+
+    return binary_search_max(fits, hi)
+
+
+def binary_search_max(fits: Callable[[int], bool], upper: int) -> int:
+    """Largest ``v`` in ``[1, upper]`` with ``fits(v)`` for a monotone predicate; 0 if none."""
+    left, right = 1, upper
+    if not fits(left):
+        return 0
+    result = 1
+    while left <= right:
+        mid = (left + right) // 2
+        if fits(mid):
+            result, left = mid, mid + 1
+        else:
+            right = mid - 1
+    return result
+
+
+_AUTO_FIT_DEPTH = 0
+
+
+def _in_auto_fit() -> bool:
+    return _AUTO_FIT_DEPTH > 0
+
+
+def check_enough_kv_cache_memory(available_memory: int, groups: Sequence[KVCacheGroupSpec],
+                                 vllm_config: VllmConfig) -> None:
+    """``_check_enough_kv_cache_memory``: raise unless one max_model_len request fits."""
+    if available_memory <= 0:
+        raise StartupCheckError(
+            "No available memory for the cache blocks (after reserving the null block). "
+            "Try increasing `gpu_memory_utilization`, `kv_cache_memory_bytes` or "
+            "`num_gpu_blocks_override`.",
+            max_model_len=vllm_config.max_model_len, needed_bytes=0,
+            available_bytes=available_memory, estimated_max_model_len=0)
+    needed = max_memory_usage_bytes_from_groups(groups, vllm_config)
+    if needed > available_memory:
+        estimate = estimate_max_model_len_from_groups(groups, vllm_config, available_memory,
+                                                      upper=vllm_config.max_model_len)
+        estimated_msg = (f"Based on the available memory, the estimated maximum model length "
+                         f"is {estimate}. " if estimate > 0 else "")
+        raise StartupCheckError(
+            f"To serve at least one request with the model's max seq len "
+            f"({vllm_config.max_model_len}), {needed} bytes of KV cache are needed, which is "
+            f"larger than the available KV cache memory ({available_memory} bytes). "
+            f"{estimated_msg}Try increasing `gpu_memory_utilization` or decreasing "
+            f"`max_model_len` when initializing the engine.",
+            max_model_len=vllm_config.max_model_len, needed_bytes=needed,
+            available_bytes=available_memory, estimated_max_model_len=estimate)
+
+
+def get_kv_cache_config_from_groups(groups: Sequence[KVCacheGroupSpec], num_blocks: int) -> KVCacheConfig:
+    """Tensors for ``num_blocks`` blocks (``get_kv_cache_config_from_groups``, layer-outer)."""
+    if not groups:
+        return KVCacheConfig(num_blocks=1, kv_cache_tensors=(), kv_cache_groups=())
+    size = bytes_per_block(groups) * num_blocks
+    tensors: list[KVCacheTensor] = []
+    for g in groups:
+        by_spec: dict[KVCacheSpec, list[str]] = defaultdict(list)
+        for name in g.layer_names:
+            by_spec[per_layer_spec(g, name)].append(name)
+        offset = 0
+        for spec, names in by_spec.items():
+            page = spec.page_size_bytes
+            layer_stride = page * num_blocks
+            tensors.append(KVCacheTensor(size=size, layers=tuple(names), layer_stride=layer_stride,
+                                         block_stride=page, offset=offset))
+            offset += len(names) * layer_stride
+    return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tuple(tensors),
+                         kv_cache_groups=tuple(groups))
+
+
+@dataclass(frozen=True)
+class StartupPlan:
+    """What the engine decides at startup, for every worker, whether or not the check passes.
+
+    ``vllm_config`` carries the resolved ``max_model_len`` (after auto-fit). ``error`` is
+    the startup check's message when it refused to start (``starts`` is then False).
+    """
+
+    vllm_config: VllmConfig
+    groups: tuple[KVCacheGroupSpec, ...]
+    kv_cache_configs: tuple[KVCacheConfig, ...]
+    available_memory: tuple[int, ...]
+    check_memory: tuple[int, ...]
+    bytes_per_block: int
+    blocks_per_group: tuple[int, ...]
+    starts: bool
+    error: str | None = None
+    auto_fit_max_model_len: int | None = None
+    worker_groups: tuple[tuple[KVCacheGroupSpec, ...], ...] = field(default=())
+
+    @property
+    def num_blocks(self) -> int:
+        return self.kv_cache_configs[0].num_blocks
+
+    @property
+    def usable_blocks(self) -> int:
+        return arith.usable_blocks(self.num_blocks)
+
+    @property
+    def blocks_needed_per_request(self) -> int:
+        return sum(self.blocks_per_group)
+
+    @property
+    def kv_cache_config(self) -> KVCacheConfig:
+        return self.kv_cache_configs[0]
+
+
+def _available_memory(vllm_config: VllmConfig, available_memory: Sequence[int] | None,
+                      num_workers: int) -> list[int]:
+    if available_memory is None:
+        return [vllm_config.available_kv_cache_memory()] * num_workers
+    if len(available_memory) != num_workers:
+        raise ConfigError("available_memory", list(available_memory),
+                          f"must give one value per worker ({num_workers})")
+    for i, m in enumerate(available_memory):
+        require_int(f"available_memory[{i}]", m, minimum=0, maximum=MAX_BYTES)
+    return list(available_memory)
+
+
+def get_kv_cache_configs(vllm_config: VllmConfig, kv_cache_specs: Sequence[Mapping[str, KVCacheSpec]],
+                         available_memory: Sequence[int] | None = None) -> StartupPlan:
+    """Plan every worker's KV cache and run the startup check (``get_kv_cache_configs``).
+
+    Raises :class:`StartupCheckError` when the check refuses (as upstream raises
+    ``ValueError``); use :func:`plan_kv_cache` for a plan that records the refusal.
+    """
+    plan = plan_kv_cache(vllm_config, kv_cache_specs, available_memory)
+    if not plan.starts:
+        raise StartupCheckError(plan.error or "startup check failed",
+                                max_model_len=plan.vllm_config.max_model_len,
+                                needed_bytes=plan.bytes_per_block * plan.blocks_needed_per_request,
+                                available_bytes=min(plan.check_memory),
+                                estimated_max_model_len=0)
+    return plan
+
+
+def plan_kv_cache(vllm_config: VllmConfig, kv_cache_specs: Sequence[Mapping[str, KVCacheSpec]],
+                  available_memory: Sequence[int] | None = None) -> StartupPlan:
+    """Like :func:`get_kv_cache_configs`, but returns the plan with ``starts=False`` on refusal."""
+    if not kv_cache_specs:
+        raise ConfigError("kv_cache_specs", [], "must list at least one worker's specs")
+    global_groups = get_global_kv_cache_groups(vllm_config, kv_cache_specs)
+    worker_groups = [project_groups_to_worker(global_groups, w) for w in kv_cache_specs]
+    memory = _available_memory(vllm_config, available_memory, len(kv_cache_specs))
+
+    override = vllm_config.num_gpu_blocks_override
+    if override is not None and not flaws.is_on("override_ignored_in_check"):
+        memory = [arith.override_memory(override, bytes_per_block(g)) if g else m
+                  for g, m in zip(worker_groups, memory)]
+    check_mem = [arith.check_memory(m, bytes_per_block(g)) if g else m
+                 for g, m in zip(worker_groups, memory)]
+    if flaws.is_on("null_block_not_reserved"):
+        check_mem = list(memory)
+
+    config = vllm_config
+    auto_fit_len: int | None = None
+    error: str | None = None
+    if vllm_config.auto_max_model_len:
+        config = vllm_config.with_max_model_len(vllm_config.planning_max_model_len)
+        search_mem = memory if flaws.is_on("autofit_ignores_null_block") else check_mem
+        try:
+            auto_fit_len = _auto_fit_max_model_len(config, worker_groups, search_mem)
+            config = config.with_max_model_len(auto_fit_len)
+        except StartupCheckError as e:
+            error = str(e)
+
+    if error is None:
+        for groups, mem in zip(worker_groups, check_mem):
+            if not groups:
+                continue
+            try:
+                check_enough_kv_cache_memory(mem, groups, config)
+            except StartupCheckError as e:
+                error = str(e)
+                break
+
+    configs = []
+    for groups, mem in zip(worker_groups, memory):
+        bpb = bytes_per_block(groups)
+        if not groups:
+            num_blocks = 1
+        elif override is not None:
+            num_blocks = override
+        else:
+            num_blocks = arith.num_blocks_from_memory(mem, bpb)
+        configs.append(get_kv_cache_config_from_groups(groups, num_blocks))
+    min_blocks = min(c.num_blocks for c in configs)
+    configs = [c if c.num_blocks == min_blocks else
+               get_kv_cache_config_from_groups(c.kv_cache_groups, min_blocks) for c in configs]
+
+    return StartupPlan(
+        vllm_config=config, groups=tuple(global_groups), kv_cache_configs=tuple(configs),
+        available_memory=tuple(memory), check_memory=tuple(check_mem),
+        bytes_per_block=bytes_per_block(global_groups),
+        blocks_per_group=tuple(group_blocks_per_request(g, config) for g in global_groups),
+        starts=error is None, error=error, auto_fit_max_model_len=auto_fit_len,
+        worker_groups=tuple(tuple(g) for g in worker_groups))
+
+
+def _auto_fit_max_model_len(config: VllmConfig, worker_groups: Sequence[Sequence[KVCacheGroupSpec]],
+                            check_memory: Sequence[int]) -> int:
+    """``_auto_fit_max_model_len``: the largest length every worker fits; only ever lowers L."""
+    global _AUTO_FIT_DEPTH
+    original = config.max_model_len
+    if all(not g for g in worker_groups):
+        return original
+    best = original
+    _AUTO_FIT_DEPTH += 1
+    try:
+        for groups, mem in zip(worker_groups, check_memory):
+            if groups:
+                best = min(best, estimate_max_model_len_from_groups(groups, config, mem, upper=original))
+    finally:
+        _AUTO_FIT_DEPTH -= 1
+    if best <= 0:
+        raise StartupCheckError(
+            "Cannot auto-fit max_model_len: not enough KV cache memory to serve even a single "
+            "token. Try increasing `gpu_memory_utilization`.",
+            max_model_len=original, needed_bytes=0, available_bytes=min(check_memory),
+            estimated_max_model_len=0)
+    return best
+
+
+def estimate_max_model_len(vllm_config: VllmConfig, kv_cache_spec: Mapping[str, KVCacheSpec],
+                           available_memory: int) -> int:
+    """``estimate_max_model_len``: largest length in ``[1, L]`` whose need fits; 0 if none."""
+    groups = get_kv_cache_groups(vllm_config, kv_cache_spec)
+    return estimate_max_model_len_from_groups(groups, vllm_config, available_memory,
+                                              upper=vllm_config.planning_max_model_len)
+
+
+def get_max_concurrency_for_kv_cache_config(vllm_config: VllmConfig,
+                                            kv_cache_config: KVCacheConfig) -> float:
+    """``N / sum_g blocks_g(L)``: upstream divides by ``N``, not the usable ``N - 1``."""
+    per_request = sum(group_blocks_per_request(g, vllm_config) for g in kv_cache_config.kv_cache_groups)
+    if per_request == 0:
+        return float("inf")
+    return kv_cache_config.num_blocks / per_request
+
+
+def layer_specs(groups: Sequence[KVCacheGroupSpec]) -> dict[str, KVCacheSpec]:
+    """Layer name -> the (unified) spec it is planned with."""
+    return {n: per_layer_spec(g, n) for g in groups for n in g.layer_names}
+
+
+__all__ = [
+    "KVCacheConfig", "KVCacheTensor", "StartupPlan", "bytes_per_block", "blocks_per_request",
+    "check_enough_kv_cache_memory", "estimate_max_model_len", "estimate_max_model_len_from_groups",
+    "get_kv_cache_config_from_groups", "get_kv_cache_configs", "get_max_concurrency_for_kv_cache_config",
+    "max_memory_usage_bytes_from_groups", "plan_kv_cache", "iter_layer_specs", "layer_specs",
+]
