@@ -1,0 +1,41 @@
+"""The suite's pytest integration: profiles, ``--flaw NAME`` and ``--target NAME``.
+
+``pytest properties/ --flaw null_block_not_reserved`` runs every property on the
+reference with that bug-zoo flaw switched on (properties are then expected to fail);
+``--target vllm`` runs them against an installed, pinned vLLM through its adapter.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import settings
+
+from kvverify import flaws, profiles
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kvverify")
+    group.addoption("--flaw", action="append", default=[], metavar="NAME",
+                    help="switch a bug-zoo flaw on for the whole run (repeatable); see `kvverify zoo --list`")
+    group.addoption("--target", default=os.environ.get("KVVERIFY_TARGET", "reference"),
+                    help="system under test: reference (default) or vllm")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.getoption("hypothesis_profile", default=None):
+        settings.load_profile(profiles.default_profile())
+    names = config.getoption("flaw") or []
+    if names:
+        try:
+            flaws.set_global(names)
+        except ValueError as e:
+            raise pytest.UsageError(str(e)) from None
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = [f"kvverify: hypothesis profile={settings._current_profile}, target={config.getoption('target')}"]
+    if flaws.active():
+        lines.append(f"kvverify: flaws ON: {', '.join(sorted(flaws.active()))}")
+    return lines

@@ -1,0 +1,116 @@
+"""A request as the scheduler and the KV cache manager see it (upstream ``vllm/v1/request.py``).
+
+Only what capacity and admission read: token ids (prompt + outputs), how many are
+computed, the status, and the chained block hashes (kept up to date as tokens are
+appended, at ``hash_block_size`` granularity, when prefix caching is on).
+"""
+
+from __future__ import annotations
+
+import enum
+import zlib
+from collections.abc import Sequence
+from typing import Callable
+
+from kvverify.errors import ConfigError, KVVerifyError, MAX_TOKENS, require_int
+from kvverify.pool import BlockHash
+
+
+class RequestStatus(enum.Enum):
+    """Upstream ``RequestStatus`` (the states this model reaches)."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED_LENGTH_CAPPED = "finished_length_capped"
+
+    @property
+    def is_finished(self) -> bool:
+        return self is RequestStatus.FINISHED_LENGTH_CAPPED
+
+
+def fake_output_token(request_id: str, position: int) -> int:
+    """Deterministic stand-in for a sampled token: ``crc32("id:pos") % 32000``."""
+    return zlib.crc32(f"{request_id}:{position}".encode()) % 32000
+
+
+class Request:
+    """A generation request: prompt, ``max_tokens``, progress and block hashes."""
+
+    __slots__ = ("request_id", "prompt_token_ids", "max_tokens", "num_encoder_tokens",
+                 "arrival_step", "_all_token_ids", "num_computed_tokens", "status",
+                 "block_hashes", "num_preemptions", "num_in_flight_tokens", "_block_hasher")
+
+    def __init__(self, request_id: str, prompt_token_ids: Sequence[int], max_tokens: int, *,
+                 num_encoder_tokens: int = 0, arrival_step: int = 0,
+                 block_hasher: Callable[[Request], list[BlockHash]] | None = None) -> None:
+        if not isinstance(request_id, str) or not request_id:
+            raise ConfigError("request_id", request_id, "must be a non-empty str")
+        if len(prompt_token_ids) < 1:
+            raise ConfigError("prompt_token_ids", list(prompt_token_ids),
+                              "must hold at least 1 token (the prompt cannot be empty)")
+        for tok in prompt_token_ids:
+            require_int("prompt_token_ids[i]", tok, minimum=0, maximum=2**31 - 1)
+        require_int("max_tokens", max_tokens, minimum=1, maximum=MAX_TOKENS)
+        require_int("num_encoder_tokens", num_encoder_tokens, minimum=0, maximum=MAX_TOKENS)
+        require_int("arrival_step", arrival_step, minimum=0, maximum=MAX_TOKENS)
+        self.request_id = request_id
+        self.prompt_token_ids = tuple(prompt_token_ids)
+        self.max_tokens = max_tokens
+        self.num_encoder_tokens = num_encoder_tokens
+        self.arrival_step = arrival_step
+        self._all_token_ids: list[int] = list(self.prompt_token_ids)
+        self.num_computed_tokens = 0
+        self.status = RequestStatus.WAITING
+        self.block_hashes: list[BlockHash] = []
+        self.num_preemptions = 0
+        #: scheduled but not yet settled tokens (always 0 between synchronous steps)
+        self.num_in_flight_tokens = 0
+        self._block_hasher = block_hasher
+        self.update_block_hashes()
+
+    def set_block_hasher(self, block_hasher: Callable[[Request], list[BlockHash]] | None) -> None:
+        """Attach the engine's hasher (upstream builds requests with it) and hash."""
+        if self.block_hashes:
+            raise KVVerifyError(f"request {self.request_id} is already hashed")
+        self._block_hasher = block_hasher
+        self.update_block_hashes()
+
+    def update_block_hashes(self) -> None:
+        """Hash any new full blocks (upstream ``Request.update_block_hashes``)."""
+        if self._block_hasher is not None:
+            self.block_hashes.extend(self._block_hasher(self))
+
+    def append_output_token_ids(self, token_id: int) -> None:
+        """Append one sampled token and hash newly full blocks."""
+        self._all_token_ids.append(token_id)
+        self.update_block_hashes()
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self._all_token_ids
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus output tokens so far."""
+        return len(self._all_token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self._all_token_ids) - len(self.prompt_token_ids)
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self._all_token_ids[len(self.prompt_token_ids):]
+
+    def is_finished(self) -> bool:
+        return self.status.is_finished
+
+    def __repr__(self) -> str:
+        return (f"Request({self.request_id!r}, prompt={self.num_prompt_tokens}, "
+                f"outputs={self.num_output_tokens}/{self.max_tokens}, "
+                f"computed={self.num_computed_tokens}, {self.status.value})")
