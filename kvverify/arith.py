@@ -11,7 +11,10 @@ window, ``C`` attention chunk size, ``S`` speculative blocks.
 
 from __future__ import annotations
 
-from kvverify.ops import Num, and_, cdiv, floordiv, ite, max_, min_
+from typing import Sequence
+
+from kvverify import fixes, flaws
+from kvverify.ops import Num, and_, cdiv, divides, floordiv, ite, max_, min_, sum_
 
 # --- per-spec block counts (upstream: kv_cache_interface.py) ----------------------
 
@@ -37,8 +40,17 @@ def sliding_window_admission_blocks(sliding_window: Num, extra_retained_tokens: 
 
 def chunked_local_admission_blocks(attention_chunk_size: Num, max_in_flight_tokens: Num,
                                    max_model_len: Num, block_size: Num) -> Num:
-    """``ChunkedLocalAttentionSpec.max_admission_blocks_per_request``: ``cdiv(min(C + F, L), B)``."""
-    return cdiv(min_(attention_chunk_size + max_in_flight_tokens, max_model_len), block_size)
+    """``ChunkedLocalAttentionSpec.max_admission_blocks_per_request``: ``cdiv(min(C + F, L), B)``.
+
+    Upstream has no ``+1`` here. When ``C`` is not a multiple of ``B`` a chunk starts
+    mid-block and a step can hold one block more (finding F2, lemma
+    ``chunked_local_held_within_cap``); the proposed fix ``chunked_local_cap_plus_one``
+    adds that block exactly when ``B`` does not divide ``C``.
+    """
+    cap = cdiv(min_(attention_chunk_size + max_in_flight_tokens, max_model_len), block_size)
+    if fixes.is_on("chunked_local_cap_plus_one"):
+        cap = cap + ite(divides(block_size, attention_chunk_size), 0, 1)
+    return cap
 
 
 def mamba_max_blocks(align_mode: object, num_speculative_blocks: Num,
@@ -116,6 +128,14 @@ def startup_check_passes(check_memory_bytes: Num, needed_memory_bytes: Num) -> o
     return and_(check_memory_bytes > 0, needed_memory_bytes <= check_memory_bytes)
 
 
+def min_written_tokens(max_model_len: Num, num_lookahead_tokens: Num) -> Num:
+    """Tokens whose KV a generate request of length ``L`` ever writes: ``min(L, L - 1 + lookahead)``.
+
+    The last sampled token is never fed back (finding F3); at least one token is written.
+    """
+    return max_(1, min_(max_model_len, max_model_len - 1 + num_lookahead_tokens))
+
+
 def usable_blocks(num_blocks: Num) -> Num:
     """Blocks a BlockPool can hand out: all but the null block."""
     return num_blocks - 1
@@ -129,9 +149,10 @@ def servable_alone(num_blocks: Num, total_blocks_per_request: Num) -> object:
 def reported_concurrency_at_least_one(num_blocks: Num, total_blocks_per_request: Num) -> object:
     """``get_max_concurrency_for_kv_cache_config`` >= 1.0, i.e. ``N / blocks >= 1``.
 
-    Upstream divides by ``N`` (not ``N - 1``): an open inconsistency with the check.
+    Upstream divides by ``N`` (not ``N - 1``): an open inconsistency with the check
+    (finding F1; fix ``concurrency_counts_usable_blocks``, see :func:`concurrency_blocks`).
     """
-    return num_blocks >= total_blocks_per_request
+    return concurrency_blocks(num_blocks) >= total_blocks_per_request
 
 
 def watermark_blocks(watermark: float, num_blocks: int) -> int:
@@ -156,3 +177,144 @@ def hybrid_attention_block_size(mamba_page_bytes: Num, attn_page_bytes_per_token
     """
     attn_block = kernel_alignment * cdiv(mamba_page_bytes, kernel_alignment * attn_page_bytes_per_token)
     return max_(current_block_size, attn_block)
+
+
+# --- flaw- and fix-aware compositions ----------------------------------------------
+# Where a bug-zoo flaw (or a proposed fix) changes a formula, the change lives here, in
+# one function that consults ``flaws.is_on`` / ``fixes.is_on``: the reference executes
+# it on ints and the lemmas (kvverify.lemmas) prove it on z3 terms, so a flaw switched on
+# changes execution and proof alike. Flaw/fix switches are Python-level (decided when
+# the formula is built), never symbolic.
+
+
+def startup_available_memory(available_memory: Num, bytes_per_block: Num,
+                             num_gpu_blocks_override: Num | None = None) -> Num:
+    """Memory the startup check sizes capacity from (``get_kv_cache_configs`` step 1).
+
+    With ``num_gpu_blocks_override`` it is ``override * bytes_per_block`` (PR #41069);
+    flaw ``override_ignored_in_check`` keeps the raw available memory (#27181).
+    """
+    if num_gpu_blocks_override is None or flaws.is_on("override_ignored_in_check"):
+        return available_memory
+    return override_memory(num_gpu_blocks_override, bytes_per_block)
+
+
+def startup_check_memory(available_memory: Num, bytes_per_block: Num,
+                         num_gpu_blocks_override: Num | None = None) -> Num:
+    """Memory the check compares against: one block less for the null block (PR #47272).
+
+    Flaw ``null_block_not_reserved`` compares against the whole pool (#35541).
+    """
+    memory = startup_available_memory(available_memory, bytes_per_block, num_gpu_blocks_override)
+    if flaws.is_on("null_block_not_reserved"):
+        return memory
+    return check_memory(memory, bytes_per_block)
+
+
+def auto_fit_search_memory(available_memory: Num, bytes_per_block: Num,
+                           num_gpu_blocks_override: Num | None = None) -> Num:
+    """Memory ``max_model_len=auto`` searches against: the check memory.
+
+    Flaw ``autofit_ignores_null_block`` searches the full pool (#48724).
+    """
+    if flaws.is_on("autofit_ignores_null_block"):
+        return startup_available_memory(available_memory, bytes_per_block, num_gpu_blocks_override)
+    return startup_check_memory(available_memory, bytes_per_block, num_gpu_blocks_override)
+
+
+def runtime_num_blocks(available_memory: Num, bytes_per_block: Num,
+                       num_gpu_blocks_override: Num | None = None) -> Num:
+    """``num_blocks`` of the runtime pool: the override if set, else ``memory // bpb``."""
+    if num_gpu_blocks_override is not None:
+        return num_gpu_blocks_override
+    return num_blocks_from_memory(available_memory, bytes_per_block)
+
+
+def total_blocks_per_request(group_blocks: Sequence[Num], in_auto_fit: bool = False) -> Num:
+    """``sum_g blocks_g(L)`` over all groups (PR #36030).
+
+    Flaw ``autofit_first_group_only`` counts only the first group while auto-fitting.
+    """
+    if in_auto_fit and flaws.is_on("autofit_first_group_only"):
+        group_blocks = list(group_blocks)[:1]
+    return sum_(list(group_blocks))
+
+
+def admission_required_blocks(num_tokens: Num, block_size: Num, cap: Num | None,
+                              apply_admission_cap: bool) -> Num:
+    """``R`` of ``get_num_blocks_to_allocate``: ``cdiv(n, B)``, capped on the gate only.
+
+    ``cap`` is the spec's ``max_admission_blocks_per_request`` (None: not a recycling
+    spec). Flaw ``swa_cap_on_allocation`` caps the per-step prediction too (#39866);
+    flaw ``swa_admission_uncapped`` never caps, not even on the gate (#39734).
+    """
+    required = full_attention_blocks(num_tokens, block_size)
+    if cap is None:
+        return required
+    if flaws.is_on("swa_cap_on_allocation"):
+        return capped_blocks(required, cap, True)
+    if flaws.is_on("swa_admission_uncapped"):
+        return required
+    return capped_blocks(required, cap, apply_admission_cap)
+
+
+def new_blocks_for_running(required_blocks: Num, num_table_slots: Num) -> Num:
+    """Blocks a running request takes: ``max(R - len(block table), 0)`` (nulls count)."""
+    return max_(required_blocks - num_table_slots, 0)
+
+
+def blocks_held_after_step(num_tokens: Num, num_skipped_tokens: Num, block_size: Num) -> Num:
+    """Real blocks a recycling manager holds after a step.
+
+    ``remove_skipped_blocks`` has nulled the ``floor(skipped / B)`` leading slots and the
+    table has grown to ``cdiv(num_tokens, B)`` slots (``allocate_new_blocks``).
+    """
+    return (full_attention_blocks(num_tokens, block_size)
+            - skipped_blocks(max_(num_skipped_tokens, 0), block_size))
+
+
+def mamba_blocks_held(align_mode: bool, num_tokens: Num, num_computed_tokens: Num,
+                      block_size: Num, num_speculative_blocks: Num) -> Num:
+    """Real blocks a Mamba request holds after a step (``MambaManager``).
+
+    ``none``: the base table with ``S`` blocks of extra tokens, states before the last
+    one recycled. ``align``: the row is position-indexed over the retained range, but
+    only its first slot (the previous state, freed two steps later) and its last slot
+    (the running state) are real, plus the ``S`` speculative blocks.
+    """
+    skipped = mamba_skipped_tokens(num_computed_tokens)
+    if not align_mode:
+        return blocks_held_after_step(num_tokens + block_size * num_speculative_blocks,
+                                      skipped, block_size)
+    retained = blocks_held_after_step(num_tokens, skipped, block_size)
+    return min_(retained, 2) + num_speculative_blocks
+
+
+def concurrency_blocks(num_blocks: Num) -> Num:
+    """Numerator of ``get_max_concurrency_for_kv_cache_config``: ``N`` upstream.
+
+    Fix ``concurrency_counts_usable_blocks`` (finding F1) uses the usable ``N - 1``.
+    """
+    if fixes.is_on("concurrency_counts_usable_blocks"):
+        return usable_blocks(num_blocks)
+    return num_blocks
+
+
+def reported_concurrency_at_least(num_blocks: Num, total_blocks_per_request: Num, k: Num) -> object:
+    """Reported concurrency ``concurrency_blocks(N) / T >= k`` (``T > 0``)."""
+    return concurrency_blocks(num_blocks) >= k * total_blocks_per_request
+
+
+def servable_concurrently(num_blocks: Num, total_blocks_per_request: Num, k: Num) -> object:
+    """``k`` max_model_len requests fit the runtime pool together."""
+    return k * total_blocks_per_request <= usable_blocks(num_blocks)
+
+
+def kv_cache_tensor_bytes(bytes_per_block: Num, num_blocks: Num) -> Num:
+    """Size of each backing tensor of the plan: ``bytes_per_block * num_blocks``."""
+    return bytes_per_block * num_blocks
+
+
+def prefix_match_unit_valid(prefix_match_unit: Num, block_sizes: Sequence[Num]) -> object:
+    """A hash unit is valid when it divides every prefix-cacheable group block size."""
+    return and_(*[divides(prefix_match_unit, b) for b in block_sizes])

@@ -25,7 +25,12 @@ from typing import TYPE_CHECKING, Any
 from kvverify import arith
 from kvverify.errors import ConfigError, require_int
 from kvverify.managers import KVCacheCoordinator
-from kvverify.pool import BlockPool, KVCacheBlock, get_request_block_hasher
+from kvverify.pool import (
+    BlockPool,
+    KVCacheBlock,
+    get_request_block_hasher,
+    require_count,
+)
 
 if TYPE_CHECKING:
     from kvverify.config import VllmConfig
@@ -71,6 +76,10 @@ class KVCacheManager:
         #: the block hasher requests of this engine must carry (None: caching off)
         self.request_block_hasher = (get_request_block_hasher(hash_block_size)
                                      if enable_caching else None)
+        #: ``(predicted, pulled)`` of the last successful ``allocate_slots``: the per-step
+        #: prediction and the blocks adoption + allocation really took from the free
+        #: queue. They are equal unless a flaw is on (predictor == allocator).
+        self.last_allocation: tuple[int, int] | None = None
 
     @classmethod
     def from_config(cls, kv_cache_config: Any, vllm_config: VllmConfig) -> KVCacheManager:
@@ -129,10 +138,10 @@ class KVCacheManager:
         """Add slots for ``num_new_tokens`` (+lookahead); ``None`` when they do not fit."""
         from kvverify.request import RequestStatus
 
-        require_int("num_new_tokens", num_new_tokens, minimum=0)
-        require_int("num_new_computed_tokens", num_new_computed_tokens, minimum=0)
-        require_int("num_lookahead_tokens", num_lookahead_tokens, minimum=0)
-        require_int("num_encoder_tokens", num_encoder_tokens, minimum=0)
+        require_count("num_new_tokens", num_new_tokens)
+        require_count("num_new_computed_tokens", num_new_computed_tokens)
+        require_count("num_lookahead_tokens", num_lookahead_tokens)
+        require_count("num_encoder_tokens", num_encoder_tokens)
         if num_new_tokens == 0 and num_new_computed_tokens == 0:
             raise ConfigError("num_new_tokens", 0,
                               "must be > 0 when there are no computed tokens to adopt")
@@ -168,10 +177,12 @@ class KVCacheManager:
         if not arith.allocation_fits(need_step, watermark, pool.get_num_free_blocks()):
             return None
 
+        free_before = pool.get_num_free_blocks()
         if new_computed_blocks is not None and computed_blocks is not self.empty_kv_cache_blocks.blocks:
             coordinator.allocate_new_computed_blocks(rid, computed_blocks, num_local_computed)
         new_blocks = coordinator.allocate_new_blocks(rid, num_tokens_need_slot,
                                                      num_tokens_main_model, num_encoder_tokens)
+        self.last_allocation = (need_step, free_before - pool.get_num_free_blocks())
         if self.enable_caching:
             coordinator.cache_blocks(request, min(total_computed + num_new_tokens,
                                                   request.num_tokens))

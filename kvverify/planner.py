@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from kvverify import arith, flaws
+from kvverify import arith, fixes, flaws
 from kvverify.config import VllmConfig
 from kvverify.errors import ConfigError, StartupCheckError, require_int, MAX_BYTES
 from kvverify.grouping import (
@@ -71,6 +71,10 @@ def bytes_per_block(groups: Sequence[KVCacheGroupSpec]) -> int:
 
 def group_blocks_per_request(group: KVCacheGroupSpec, vllm_config: VllmConfig) -> int:
     """Blocks one max_model_len request holds in ``group`` (the startup bound)."""
+    if fixes.is_on("check_plans_computed_tokens"):
+        length = vllm_config.max_model_len
+        written = arith.min_written_tokens(length, vllm_config.num_lookahead_tokens)
+        vllm_config = vllm_config.with_max_model_len(written)
     return group.kv_cache_spec.max_blocks_per_request(vllm_config)
 
 
@@ -337,7 +341,10 @@ def get_max_concurrency_for_kv_cache_config(vllm_config: VllmConfig,
     per_request = sum(group_blocks_per_request(g, vllm_config) for g in kv_cache_config.kv_cache_groups)
     if per_request == 0:
         return float("inf")
-    return kv_cache_config.num_blocks / per_request
+    blocks = kv_cache_config.num_blocks
+    if fixes.is_on("concurrency_counts_usable_blocks"):
+        blocks = arith.usable_blocks(blocks)
+    return blocks / per_request
 
 
 def layer_specs(groups: Sequence[KVCacheGroupSpec]) -> dict[str, KVCacheSpec]:

@@ -25,8 +25,8 @@ Behaviour worth knowing (0.33.0):
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Callable, Protocol, Union
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Protocol
 
 from kvverify.errors import KVVerifyError, PoolExhaustedError, require_int
 
@@ -38,6 +38,13 @@ BlockHashWithGroupId = tuple[bytes, int]
 
 NONE_HASH: BlockHash = hashlib.sha256(b"kvverify-none-hash").digest()
 """Parent hash of a request's first block (upstream ``NONE_HASH``, fixed seed)."""
+
+
+def require_count(field: str, value: object, minimum: int = 0) -> int:
+    """Hot-path ``require_int(field, value, minimum=minimum)``: one type check when valid."""
+    if type(value) is int and value >= minimum:
+        return value
+    return require_int(field, value, minimum=minimum)
 
 
 # --- hashes --------------------------------------------------------------------------
@@ -140,7 +147,7 @@ class BlockHashListWithBlockSize(Sequence[BlockHash]):
         return self.block_hashes[(idx + 1) * self.scale_factor - 1]
 
 
-BlockHashList = Union[Sequence[BlockHash], BlockHashListWithBlockSize]
+BlockHashList = Sequence[BlockHash] | BlockHashListWithBlockSize
 
 
 def resolve_block_hashes(block_hashes: BlockHashList, hash_block_size: int,
@@ -159,8 +166,14 @@ def resolve_block_hashes(block_hashes: BlockHashList, hash_block_size: int,
 class KVCacheBlock:
     """Metadata of one KV cache block (upstream ``kv_cache_utils.KVCacheBlock``)."""
 
-    __slots__ = ("block_id", "ref_cnt", "block_hash", "prev_free_block",
-                 "next_free_block", "is_null")
+    __slots__ = (
+        "block_hash",
+        "block_id",
+        "is_null",
+        "next_free_block",
+        "prev_free_block",
+        "ref_cnt",
+    )
 
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
@@ -190,7 +203,7 @@ class FreeKVCacheBlockQueue:
     Python objects: the links live in the blocks; two sentinels (id -1) bound the list.
     """
 
-    __slots__ = ("num_free_blocks", "fake_free_list_head", "fake_free_list_tail")
+    __slots__ = ("fake_free_list_head", "fake_free_list_tail", "num_free_blocks")
 
     def __init__(self, blocks: Sequence[KVCacheBlock]) -> None:
         self.num_free_blocks = len(blocks)
@@ -396,7 +409,7 @@ class BlockPool:
         Raises :class:`PoolExhaustedError` "Cannot get N free blocks from the pool"
         when ``num_blocks`` exceeds the free count, as upstream does.
         """
-        require_int("num_blocks", num_blocks, minimum=0)
+        require_count("num_blocks", num_blocks)
         if num_blocks > self.free_block_queue.num_free_blocks:
             raise PoolExhaustedError(f"Cannot get {num_blocks} free blocks from the pool")
         ret = self.free_block_queue.popleft_n(num_blocks)

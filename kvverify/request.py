@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import enum
 import zlib
-from collections.abc import Sequence
-from typing import Callable
+from collections.abc import Callable, Sequence
 
-from kvverify.errors import ConfigError, KVVerifyError, MAX_TOKENS, require_int
+from kvverify.errors import MAX_TOKENS, ConfigError, KVVerifyError, require_int
 from kvverify.pool import BlockHash
 
 
@@ -37,9 +36,20 @@ def fake_output_token(request_id: str, position: int) -> int:
 class Request:
     """A generation request: prompt, ``max_tokens``, progress and block hashes."""
 
-    __slots__ = ("request_id", "prompt_token_ids", "max_tokens", "num_encoder_tokens",
-                 "arrival_step", "_all_token_ids", "num_computed_tokens", "status",
-                 "block_hashes", "num_preemptions", "num_in_flight_tokens", "_block_hasher")
+    __slots__ = (
+        "_all_token_ids",
+        "_block_hasher",
+        "arrival_step",
+        "block_hashes",
+        "max_tokens",
+        "num_computed_tokens",
+        "num_encoder_tokens",
+        "num_in_flight_tokens",
+        "num_preemptions",
+        "prompt_token_ids",
+        "request_id",
+        "status",
+    )
 
     def __init__(self, request_id: str, prompt_token_ids: Sequence[int], max_tokens: int, *,
                  num_encoder_tokens: int = 0, arrival_step: int = 0,
@@ -49,8 +59,9 @@ class Request:
         if len(prompt_token_ids) < 1:
             raise ConfigError("prompt_token_ids", list(prompt_token_ids),
                               "must hold at least 1 token (the prompt cannot be empty)")
-        for tok in prompt_token_ids:
-            require_int("prompt_token_ids[i]", tok, minimum=0, maximum=2**31 - 1)
+        for i, tok in enumerate(prompt_token_ids):
+            if type(tok) is not int or not 0 <= tok < 2**31:
+                require_int(f"prompt_token_ids[{i}]", tok, minimum=0, maximum=2**31 - 1)
         require_int("max_tokens", max_tokens, minimum=1, maximum=MAX_TOKENS)
         require_int("num_encoder_tokens", num_encoder_tokens, minimum=0, maximum=MAX_TOKENS)
         require_int("arrival_step", arrival_step, minimum=0, maximum=MAX_TOKENS)

@@ -198,7 +198,7 @@ class SingleTypeKVCacheManager:
 
     def new_step_starts(self) -> None:
         """Hook run at the start of every scheduler step."""
-        return None
+        return
 
     # -- read-only views --
 

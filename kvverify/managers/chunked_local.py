@@ -11,10 +11,9 @@ from typing import ClassVar
 
 from kvverify import arith
 from kvverify.errors import KVVerifyError
+from kvverify.managers.base import SingleTypeKVCacheManager, behaviour_spec
 from kvverify.pool import BlockHashList, BlockPool, KVCacheBlock, resolve_block_hashes
 from kvverify.specs import ChunkedLocalAttentionSpec, KVCacheSpec
-
-from kvverify.managers.base import SingleTypeKVCacheManager, behaviour_spec
 
 
 def _chunk_of(spec: KVCacheSpec) -> int:

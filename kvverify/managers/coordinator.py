@@ -13,13 +13,12 @@ from typing import Any
 
 from kvverify.block_sizes import validate_coordinator_block_sizes
 from kvverify.errors import require_int
-from kvverify.ops import cdiv
-from kvverify.pool import BlockHash, BlockPool, HashableRequest, KVCacheBlock
-from kvverify.specs import FullAttentionSpec
-
 from kvverify.managers.base import SingleTypeKVCacheManager, behaviour_spec
 from kvverify.managers.cross_attention import CrossAttentionManager
 from kvverify.managers.registry import get_manager_for_kv_cache_spec
+from kvverify.ops import cdiv
+from kvverify.pool import BlockHash, BlockPool, HashableRequest, KVCacheBlock
+from kvverify.specs import FullAttentionSpec
 
 BlocksPerGroup = tuple[Sequence[KVCacheBlock], ...]
 
@@ -184,9 +183,9 @@ class KVCacheCoordinator:
                 continue
             num_blocks = cdiv(hit_length, spec.block_size)
             for gid in group_ids:
-                blks = hit_blocks[gid]
-                if blks is not None:
-                    del blks[num_blocks:]
+                group_hit = hit_blocks[gid]
+                if group_hit is not None:
+                    del group_hit[num_blocks:]
         return tuple(b if b is not None else [] for b in hit_blocks), hit_length
 
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kvverify.managers.base import SingleTypeKVCacheManager
 from kvverify.pool import BlockHashList, BlockPool, HashableRequest, KVCacheBlock
 from kvverify.specs import KVCacheSpec
-
-from kvverify.managers.base import SingleTypeKVCacheManager
 
 
 class CrossAttentionManager(SingleTypeKVCacheManager):
@@ -26,7 +25,7 @@ class CrossAttentionManager(SingleTypeKVCacheManager):
 
     def cache_blocks(self, request: HashableRequest, num_tokens: int) -> None:
         """Encoder states are never shared between requests."""
-        return None
+        return
 
     @classmethod
     def find_longest_cache_hit(cls, block_hashes: BlockHashList, max_length: int,

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kvverify.managers.base import SingleTypeKVCacheManager
 from kvverify.ops import cdiv
 from kvverify.pool import BlockHashList, BlockPool, KVCacheBlock, resolve_block_hashes
 from kvverify.specs import KVCacheSpec
-
-from kvverify.managers.base import SingleTypeKVCacheManager
 
 
 class FullAttentionManager(SingleTypeKVCacheManager):

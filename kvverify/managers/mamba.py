@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from kvverify import arith
 from kvverify.errors import KVVerifyError
+from kvverify.managers.base import SingleTypeKVCacheManager, behaviour_spec
 from kvverify.ops import cdiv
 from kvverify.pool import (
     BlockHashList,
@@ -32,8 +33,6 @@ from kvverify.pool import (
     resolve_block_hashes,
 )
 from kvverify.specs import KVCacheSpec, MambaSpec
-
-from kvverify.managers.base import SingleTypeKVCacheManager, behaviour_spec
 
 
 class MambaManager(SingleTypeKVCacheManager):

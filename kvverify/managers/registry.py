@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 from kvverify.errors import KVVerifyError
+from kvverify.managers.base import SingleTypeKVCacheManager, behaviour_spec
+from kvverify.managers.chunked_local import ChunkedLocalAttentionManager
+from kvverify.managers.cross_attention import CrossAttentionManager
+from kvverify.managers.full_attention import FullAttentionManager
+from kvverify.managers.mamba import MambaManager
+from kvverify.managers.sliding_window import SlidingWindowManager
 from kvverify.pool import BlockPool
 from kvverify.specs import (
     ChunkedLocalAttentionSpec,
@@ -12,13 +18,6 @@ from kvverify.specs import (
     MambaSpec,
     SlidingWindowSpec,
 )
-
-from kvverify.managers.base import SingleTypeKVCacheManager, behaviour_spec
-from kvverify.managers.chunked_local import ChunkedLocalAttentionManager
-from kvverify.managers.cross_attention import CrossAttentionManager
-from kvverify.managers.full_attention import FullAttentionManager
-from kvverify.managers.mamba import MambaManager
-from kvverify.managers.sliding_window import SlidingWindowManager
 
 # Order matters: the first isinstance match wins (MLA is a FullAttentionSpec).
 MANAGER_CLASSES: tuple[tuple[type[KVCacheSpec], type[SingleTypeKVCacheManager]], ...] = (

@@ -12,11 +12,10 @@ from typing import ClassVar
 
 from kvverify import arith
 from kvverify.errors import KVVerifyError
+from kvverify.managers.base import SingleTypeKVCacheManager, behaviour_spec
 from kvverify.ops import cdiv
 from kvverify.pool import BlockHashList, BlockPool, KVCacheBlock, resolve_block_hashes
 from kvverify.specs import KVCacheSpec, SlidingWindowSpec
-
-from kvverify.managers.base import SingleTypeKVCacheManager, behaviour_spec
 
 
 def _window_of(spec: KVCacheSpec) -> SlidingWindowSpec:

@@ -1,0 +1,155 @@
+"""Hypothesis strategies drawing configurations from the real-model catalog.
+
+:func:`catalog_configs` yields ``(VllmConfig, layer_specs)`` pairs built from a catalog
+model (optionally truncated to its first few pattern repeats, so examples stay fast)
+with a drawn block size from the real set {16, 32, 64, 128}, a max_model_len at a block
+multiple or one token either side, speculative tokens, KV dtype, prefix caching (which
+selects the Mamba cache mode as upstream does), and a block-count source (explicit KV
+memory, ``num_gpu_blocks_override`` or profiled memory) sized so that ``num_blocks``
+lands at the minimum a full-length request needs, one either side, or anywhere in a
+wide range. The boundary branch is one boolean the shrinker can turn off. Nothing is
+filtered, so the strategy never fails Hypothesis's ``filter_too_much`` health check.
+
+:func:`catalog_cases` yields the richer :class:`CatalogCase` (model name, layout, the
+expected block count and the blocks one max_model_len request needs) for properties
+that want to state expectations.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from hypothesis import strategies as st
+
+from kvverify.catalog import ModelLayout, build_model, hybrid_block_size, list_models, load_model
+from kvverify.config import VllmConfig
+from kvverify.grouping import get_global_kv_cache_groups
+from kvverify.planner import blocks_per_request, bytes_per_block
+from kvverify.specs import KVCacheSpec
+
+#: Block sizes real deployments use.
+REAL_BLOCK_SIZES = (16, 32, 64, 128)
+MEMORY_SOURCES = ("memory", "override", "profiled")
+
+
+@dataclass(frozen=True)
+class CatalogCase:
+    """One drawn configuration of a catalog model, with what the planner should find.
+
+    ``num_blocks`` is the block count the memory source yields (null block included);
+    ``blocks_needed`` is ``sum_g blocks_g(L)`` at the planned length (the auto-fit upper
+    bound when ``max_model_len`` is auto), so the startup check passes for an explicit
+    length iff ``blocks_needed <= num_blocks - 1``.
+    """
+
+    model: str
+    layout: ModelLayout
+    vllm_config: VllmConfig
+    layer_specs: dict[str, KVCacheSpec]
+    bytes_per_block: int
+    blocks_needed: int
+    num_blocks: int
+    memory_source: str
+
+    @property
+    def pair(self) -> tuple[VllmConfig, dict[str, KVCacheSpec]]:
+        return self.vllm_config, self.layer_specs
+
+
+@functools.lru_cache(maxsize=None)
+def _layout(name: str) -> ModelLayout:
+    return load_model(name)
+
+
+def catalog_layouts(models: Sequence[str] | None = None, *,
+                    max_pattern_repeats: int | None = 2) -> st.SearchStrategy[ModelLayout]:
+    """A catalog layout, truncated to its first 1..``max_pattern_repeats`` pattern repeats."""
+    names = list(models) if models is not None else list_models()
+    layouts = st.sampled_from(names).map(_layout)
+    if max_pattern_repeats is None:
+        return layouts
+    return st.builds(lambda layout, k: layout.truncated(k), layouts,
+                     st.integers(1, max_pattern_repeats))
+
+
+@st.composite
+def catalog_cases(draw: st.DrawFn, models: Sequence[str] | None = None, *,
+                  max_pattern_repeats: int | None = 2, max_len_blocks: int = 64,
+                  max_speculative_tokens: int = 3) -> CatalogCase:
+    """Draw a :class:`CatalogCase`.
+
+    ``models``: restrict to these catalog names (default: all). ``max_pattern_repeats``:
+    keep only the first 1..K repetitions of the model's layer pattern (``None``: all
+    layers). ``max_len_blocks``: max_model_len is at most this many blocks (+1 token).
+    """
+    names = list(models) if models is not None else list_models()
+    name = draw(st.sampled_from(names))
+    layout = _layout(name)
+    if max_pattern_repeats is not None:
+        layout = layout.truncated(draw(st.integers(1, max_pattern_repeats)))
+
+    block_size = draw(st.sampled_from(REAL_BLOCK_SIZES))
+    prefix_caching = draw(st.booleans())
+    # Upstream (MambaModelConfig): prefix caching selects Mamba cache mode "align".
+    mamba_mode = "align" if (layout.has_mamba and prefix_caching) else "none"
+    spec_tokens = draw(st.integers(0, max_speculative_tokens))
+    checkpoint = draw(st.integers(0, 1)) if mamba_mode == "align" else 0
+    kv_dtype = draw(st.sampled_from(("auto", "fp8")))
+    batched = draw(st.one_of(st.sampled_from((2048, 512)), st.integers(1, 16384)))
+    local = any(k in ("sliding", "chunked") for k in layout.layer_kinds)
+    disable_hybrid = (local and not layout.has_mamba and draw(st.booleans()))
+
+    base = VllmConfig(block_size=block_size, max_num_batched_tokens=batched,
+                      enable_prefix_caching=prefix_caching, mamba_cache_mode=mamba_mode,
+                      num_lookahead_tokens=spec_tokens,
+                      disable_hybrid_kv_cache_manager=disable_hybrid)
+    options = dict(kv_cache_dtype=kv_dtype, num_prefill_checkpoint_blocks=checkpoint)
+    eff_block = hybrid_block_size(layout, base, kv_cache_dtype=kv_dtype,
+                                  num_speculative_tokens=spec_tokens)
+
+    # max_model_len: a block multiple, or one token either side.
+    length = max(1, draw(st.integers(1, max_len_blocks)) * eff_block + draw(st.sampled_from((0, -1, 1))))
+    auto = draw(st.booleans())
+    base = replace(base, max_model_len=-1 if auto else length,
+                   max_position_embeddings=length if auto else layout.max_position_embeddings)
+    config, specs = build_model(layout, base, **options)
+
+    groups = get_global_kv_cache_groups(config, [specs])
+    bpb = bytes_per_block(groups)
+    needed = blocks_per_request(groups, config.with_max_model_len(config.planning_max_model_len))
+    minimum = needed + 1  # the null block
+    if draw(st.booleans()):  # boundary branch: the smallest pool that starts, one either side
+        num_blocks = max(1, minimum + draw(st.integers(-1, 1)))
+    else:
+        num_blocks = draw(st.integers(1, 2 * minimum + 2))
+
+    source = draw(st.sampled_from(MEMORY_SOURCES))
+    slack = draw(st.one_of(st.just(0), st.just(bpb - 1), st.integers(0, bpb - 1)))
+    kv_bytes = num_blocks * bpb + slack
+    if source == "override":
+        config = replace(config, num_gpu_blocks_override=num_blocks)
+    elif source == "memory":
+        config = replace(config, kv_cache_memory_bytes=kv_bytes)
+    else:
+        shift = draw(st.sampled_from((0, 1, 2)))  # utilisation 1, 1/2, 1/4: exact in floats
+        non_kv = draw(st.integers(0, 2**30))
+        config = replace(config, gpu_memory_bytes=(kv_bytes + non_kv) << shift,
+                         gpu_memory_utilization=1.0 / (1 << shift), non_kv_cache_memory_bytes=non_kv)
+    return CatalogCase(model=name, layout=layout, vllm_config=config, layer_specs=specs,
+                       bytes_per_block=bpb, blocks_needed=needed, num_blocks=num_blocks,
+                       memory_source=source)
+
+
+def catalog_configs(models: Sequence[str] | None = None, *, max_pattern_repeats: int | None = 2,
+                    max_len_blocks: int = 64, max_speculative_tokens: int = 3,
+                    ) -> st.SearchStrategy[tuple[VllmConfig, dict[str, KVCacheSpec]]]:
+    """``(VllmConfig, layer_specs)`` drawn from the catalog; see :func:`catalog_cases`."""
+    return catalog_cases(models, max_pattern_repeats=max_pattern_repeats,
+                         max_len_blocks=max_len_blocks,
+                         max_speculative_tokens=max_speculative_tokens).map(lambda c: c.pair)
+
+
+__all__ = ["CatalogCase", "MEMORY_SOURCES", "REAL_BLOCK_SIZES", "catalog_cases", "catalog_configs",
+           "catalog_layouts"]

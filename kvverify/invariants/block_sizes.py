@@ -1,0 +1,49 @@
+"""Guarantee 3: hash_block_size divides every prefix-cacheable group's block size.
+
+Guards against #51108 (``mamba_hash_fallback_by_block_size``): whatever
+``resolve_kv_cache_block_sizes`` returns must be accepted by the coordinator, and an
+invalid ``prefix_match_unit`` is a clear error, never an assertion at start.
+"""
+
+from __future__ import annotations
+
+from kvverify.block_sizes import BlockSizeError, resolve_kv_cache_block_sizes, validate_coordinator_block_sizes
+from kvverify.config import VllmConfig
+from kvverify.invariants.base import Violation
+from kvverify.planner import KVCacheConfig
+
+
+def check_block_sizes(kv_cache_config: KVCacheConfig, vllm_config: VllmConfig) -> list[Violation]:
+    sizes = [g.kv_cache_spec.block_size for g in kv_cache_config.kv_cache_groups]
+    try:
+        scheduler, hash_size = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
+    except BlockSizeError as e:
+        unit = vllm_config.prefix_match_unit
+        if unit is not None and "prefix_match_unit" in str(e):
+            return []  # a clear, named refusal of an invalid prefix_match_unit is correct
+        return [Violation("block_sizes.resolve_error", f"resolve refused a valid config: {e}",
+                          {"group_block_sizes": sizes})]
+    except Exception as e:  # noqa: BLE001 - any other exception is itself the violation
+        return [Violation("block_sizes.crash", f"{type(e).__name__}: {e}", {"group_block_sizes": sizes})]
+    out: list[Violation] = []
+    if hash_size < 1:
+        out.append(Violation("block_sizes.hash_positive", "hash_block_size < 1", {"hash_block_size": hash_size}))
+        return out
+    cacheable = [g.kv_cache_spec.block_size for g in kv_cache_config.kv_cache_groups
+                 if g.kv_cache_spec.prefix_cacheable]
+    hashing = vllm_config.enable_prefix_caching or vllm_config.kv_connector
+    if hashing and len(sizes) > 1 and any(b % hash_size for b in cacheable):
+        out.append(Violation("block_sizes.hash_divides", "hash_block_size does not divide a group block size",
+                             {"hash_block_size": hash_size, "group_block_sizes": sizes}))
+    if any(scheduler % b for b in sizes) or scheduler % hash_size:
+        out.append(Violation("block_sizes.scheduler_multiple",
+                             "scheduler block size is not a common multiple",
+                             {"scheduler_block_size": scheduler, "hash_block_size": hash_size,
+                              "group_block_sizes": sizes}))
+    try:
+        validate_coordinator_block_sizes(kv_cache_config, scheduler, hash_size, vllm_config.enable_prefix_caching)
+    except BlockSizeError as e:
+        out.append(Violation("block_sizes.coordinator_rejects", str(e),
+                             {"scheduler_block_size": scheduler, "hash_block_size": hash_size,
+                              "group_block_sizes": sizes}))
+    return out

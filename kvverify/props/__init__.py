@@ -1,0 +1,10 @@
+"""The property bodies, importable so the bug zoo, the CLI and pytest run the same code.
+
+``properties/test_*.py`` re-export these for ``pytest properties/``; ``kvverify zoo``
+and ``kvverify fuzz`` call them directly with a flaw switched on. Each property takes
+the system under test as ``target`` (a pytest fixture, or passed explicitly).
+"""
+
+from kvverify.props.recorder import RECORDER, recorded
+
+__all__ = ["RECORDER", "recorded"]

@@ -1,0 +1,61 @@
+"""Guarantee 2 properties: the startup check agrees with the runtime pool."""
+
+from __future__ import annotations
+
+from hypothesis import event, given, target as hyp_target
+from hypothesis import strategies as st
+
+from kvverify.invariants.base import assert_no_violations
+from kvverify.invariants.startup import check_auto_fit, check_startup_vs_runtime
+from kvverify.props.recorder import recorded
+from kvverify.strategies import StartupCase, startup_cases
+
+
+def _events(case: StartupCase, plan) -> None:
+    gap = plan.num_blocks - 1 - plan.blocks_needed_per_request
+    event(f"source={case.source}")
+    event("boundary: usable == needed" if gap == 0 else
+          "boundary: usable == needed - 1" if gap == -1 else
+          "boundary: usable == needed + 1" if gap == 1 else "off boundary")
+    event(f"starts={plan.starts}")
+    hyp_target(-abs(gap), label="distance to the startup boundary")
+
+
+@given(case=startup_cases(allow_auto=False, allow_mamba=False, kinds=("full", "mla")))
+@recorded
+def test_startup_refusal_is_necessary(target, case: StartupCase) -> None:
+    """Check refuses => the full-length request really does not complete (not needlessly strict).
+
+    Known finding F3: a generative request of length L computes KV for L - 1 tokens,
+    so when ``(L - 1) % B == 0`` the check reserves a block no generate workload uses
+    (it is needed by pooling runners, whose prompt may be L tokens). Fixed under
+    ``fixes.enabled("check_plans_computed_tokens")``.
+    """
+    plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
+    _events(case, plan)
+    if plan.starts:
+        return
+    assert_no_violations(check_startup_vs_runtime(target, plan, 1))
+
+
+@given(case=startup_cases(allow_auto=False),
+       outputs=st.one_of(st.just(1), st.integers(1, 48)))
+@recorded
+def test_startup_check_passes_implies_servable(target, case: StartupCase, outputs: int) -> None:
+    """Check passes => a max_model_len request completes alone, over every spec mix and source."""
+    plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
+    _events(case, plan)
+    assert_no_violations(check_startup_vs_runtime(target, plan, outputs, check_strictness=False))
+
+
+@given(case=startup_cases(), outputs=st.one_of(st.just(1), st.integers(1, 48)))
+@recorded
+def test_auto_fit_is_servable_and_maximal(target, case: StartupCase, outputs: int) -> None:
+    """``max_model_len=-1`` picks a length that completes, and one more token would not pass."""
+    if not case.vllm_config.auto_max_model_len:
+        from dataclasses import replace
+        case = replace(case, vllm_config=replace(case.vllm_config, max_model_len=-1,
+                                                 max_position_embeddings=case.vllm_config.max_model_len))
+    plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
+    _events(case, plan)
+    assert_no_violations(check_auto_fit(target, plan, case.kv_cache_specs, case.available_memory, outputs))

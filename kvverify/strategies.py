@@ -1,0 +1,227 @@
+"""Hypothesis strategies: spec mixes, startup configurations and workloads.
+
+Every composite documents the shape it draws and its knobs. Boundaries (block counts
+at exactly the needed number, +-1; lengths at block multiples +-1) sit in the *first*
+branch of a ``one_of``, so they are drawn often and the shrinker can still move to
+the plain branch — or back to the boundary, which is usually the minimal example.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from hypothesis import strategies as st
+
+from kvverify import arith
+from kvverify.config import VllmConfig
+from kvverify.driver import WorkloadSpec
+from kvverify.errors import KVVerifyError
+from kvverify.grouping import get_global_kv_cache_groups
+from kvverify.planner import blocks_per_request, bytes_per_block
+from kvverify.specs import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    KVCacheSpec,
+    MambaSpec,
+    MLAAttentionSpec,
+    SlidingWindowSpec,
+)
+
+BLOCK_SIZES = (16, 8, 4, 32, 1, 2, 64)  # shrinks toward 16, the upstream default
+ATTENTION_KINDS = ("full", "sliding_window", "chunked_local", "mla")
+SOURCES = ("override", "memory", "profiled")
+
+
+@dataclass(frozen=True)
+class StartupCase:
+    """A generated deployment: config, per-worker layer specs, and how it was drawn."""
+
+    vllm_config: VllmConfig
+    kv_cache_specs: tuple[dict[str, KVCacheSpec], ...]
+    source: str
+    available_memory: tuple[int, ...] | None = None
+    target_blocks: int = 0
+    needed_blocks: int = 0
+
+    @property
+    def layer_kinds(self) -> tuple[str, ...]:
+        return tuple(s.kind for w in self.kv_cache_specs for s in w.values())
+
+
+def boundary_int(center: int, *, low: int, high: int, spread: int = 2) -> st.SearchStrategy[int]:
+    """``center + d`` for small ``d`` (first branch), else any value in ``[low, high]``."""
+    near = st.integers(-spread, spread).map(lambda d: center + d).filter(lambda v: low <= v <= high)
+    return st.one_of(near, st.integers(low, high))
+
+
+def lengths(block_size: int, *, low: int = 2, high: int = 1024) -> st.SearchStrategy[int]:
+    """Lengths at block multiples +-1 (first branch) or anywhere in ``[low, high]``."""
+    multiples = st.builds(lambda k, d: k * block_size + d, st.integers(1, max(1, high // block_size)),
+                          st.sampled_from((0, 1, -1)))
+    return st.one_of(multiples.filter(lambda v: low <= v <= high), st.integers(low, high))
+
+
+@st.composite
+def layer_kinds(draw, *, max_layers: int = 6, kinds: Sequence[str] = ATTENTION_KINDS,
+                allow_mamba: bool = True) -> list[str]:
+    """A layer pattern: 1..max_layers kinds; at least one attention layer unless pure Mamba."""
+    pool = list(kinds) + (["mamba"] if allow_mamba else [])
+    n = draw(st.integers(1, max_layers))
+    pattern = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=min(3, n)))
+    if "mla" in pattern:
+        # Real MLA models are all-MLA: MLA's half-size page doubles its block size next to
+        # other attention, which upstream's chunked-local lookup asserts against.
+        pattern = [k if k == "mamba" else "mla" for k in pattern]
+    return [pattern[i % len(pattern)] for i in range(n)]
+
+
+@st.composite
+def model_specs(draw, block_size: int, max_model_len: int, *, mamba_mode: str = "none",
+                max_layers: int = 6, kinds: Sequence[str] = ATTENTION_KINDS,
+                allow_mamba: bool = True) -> dict[str, KVCacheSpec]:
+    """Layer name -> spec for one model drawn from a spec mix.
+
+    Attention layers share heads x dims (tiny: 1-2 heads, 2-8 dims, so pages unify
+    as in real models); windows and chunks are drawn around block multiples. Mamba
+    layers follow the hybrid page rule (``arith.hybrid_attention_block_size``): the
+    attention block grows until its page covers the Mamba state, which is padded up.
+    """
+    kinds_drawn = draw(layer_kinds(max_layers=max_layers, kinds=kinds, allow_mamba=allow_mamba))
+    heads = draw(st.sampled_from((1, 2)))
+    head_size = draw(st.sampled_from((8, 2, 4)))
+    dtype = draw(st.sampled_from(("bfloat16", "float32", "fp8")))
+    window = draw(lengths(block_size, low=1, high=max(2, 2 * max_model_len)))
+    chunk = draw(lengths(block_size, low=1, high=max(2, 2 * max_model_len)))
+    attn_block = block_size
+    has_attention = any(k != "mamba" for k in kinds_drawn)
+    mamba_state = None
+    if "mamba" in kinds_drawn:
+        conv = draw(st.integers(1, 4))
+        state = draw(st.integers(1, 64))
+        mamba_state = ((conv, 4), (state,))
+        mamba_page = MambaSpec(block_size=1, shapes=mamba_state, dtypes=(dtype, "float32")).real_page_size_bytes
+        if has_attention:
+            p1 = FullAttentionSpec(block_size=1, num_kv_heads=heads, head_size=head_size, dtype=dtype).page_size_bytes
+            attn_block = arith.hybrid_attention_block_size(mamba_page, p1, block_size, block_size)
+    specs: dict[str, KVCacheSpec] = {}
+    for i, kind in enumerate(kinds_drawn):
+        name = f"model.layers.{i}"
+        common = dict(block_size=attn_block, num_kv_heads=heads, head_size=head_size, dtype=dtype)
+        if kind == "full":
+            specs[name] = FullAttentionSpec(**common)
+        elif kind == "mla":
+            specs[name] = MLAAttentionSpec(**common)
+        elif kind == "sliding_window":
+            specs[name] = SlidingWindowSpec(**common, sliding_window=window)
+        elif kind == "chunked_local":
+            specs[name] = ChunkedLocalAttentionSpec(**common, attention_chunk_size=chunk)
+        else:
+            assert mamba_state is not None
+            mamba_block = attn_block if mamba_mode == "align" else max_model_len
+            spec = MambaSpec(block_size=mamba_block, shapes=mamba_state, dtypes=(dtype, "float32"),
+                             mamba_cache_mode=mamba_mode)
+            if has_attention:
+                attn_page = FullAttentionSpec(**common).page_size_bytes
+                if attn_page > spec.page_size_bytes:
+                    spec = replace(spec, page_size_padded=attn_page)
+            specs[name] = spec
+    return specs
+
+
+def effective_block_size(specs: dict[str, KVCacheSpec], block_size: int, max_model_len: int,
+                         mamba_mode: str) -> int:
+    """``cache_config.block_size`` after the model's config hook, as upstream sets it.
+
+    Hybrid attention+Mamba models raise it to the unified attention block size; a pure
+    Mamba model outside ``align`` mode uses ``max_model_len`` (one block holds the state).
+    """
+    attention = [s for s in specs.values() if not isinstance(s, MambaSpec)]
+    if attention:
+        return attention[0].block_size
+    return block_size if mamba_mode == "align" else max_model_len
+
+
+@st.composite
+def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6,
+                  kinds: Sequence[str] = ATTENTION_KINDS, allow_mamba: bool = True,
+                  allow_auto: bool = True, max_len: int = 1024, workers: bool = True) -> StartupCase:
+    """A deployment whose block count lands at the startup boundary more often than not.
+
+    Draws block size, max_model_len, token budget, a spec mix, a block source
+    (``override`` / ``memory`` / ``profiled``) and a target ``N = needed + 1 + delta``
+    with ``delta`` in ``{0, -1, +1, +-2}`` first. Knobs: ``sources``, ``max_layers``,
+    ``kinds``, ``allow_mamba``, ``allow_auto`` (``max_model_len=-1``), ``max_len``,
+    ``workers`` (sometimes two workers with different memory).
+    """
+    block_size = draw(st.sampled_from(BLOCK_SIZES))
+    max_model_len = draw(lengths(block_size, low=2, high=max_len))
+    budget = draw(st.one_of(st.sampled_from((2048, 256, 64)), lengths(block_size, low=1, high=2048)))
+    mamba_mode = draw(st.sampled_from(("none", "align")))
+    specs = draw(model_specs(block_size, max_model_len, mamba_mode=mamba_mode, max_layers=max_layers,
+                             kinds=kinds, allow_mamba=allow_mamba))
+    has_mamba = any(isinstance(s, MambaSpec) for s in specs.values())
+    block_size = effective_block_size(specs, block_size, max_model_len, mamba_mode)
+    prefix_caching = draw(st.booleans()) if not (has_mamba and mamba_mode == "none") else False
+    auto = allow_auto and draw(st.booleans()) and draw(st.booleans())
+    base = VllmConfig(block_size=block_size, max_model_len=max_model_len, max_num_batched_tokens=budget,
+                      enable_prefix_caching=prefix_caching, mamba_cache_mode=mamba_mode,
+                      num_gpu_blocks_override=1)
+    try:
+        groups = get_global_kv_cache_groups(base, [specs])
+    except KVVerifyError:
+        groups = []
+    needed = blocks_per_request(groups, base) if groups else 1
+    bpb = max(1, bytes_per_block(groups))
+    target = draw(boundary_int(needed + 1, low=1, high=3 * needed + 8))
+    source = draw(st.sampled_from(tuple(sources)))
+    extra = draw(st.one_of(st.just(0), st.integers(0, bpb - 1)))
+    memory = target * bpb + extra
+    kw: dict = dict(block_size=block_size, max_num_batched_tokens=budget,
+                    enable_prefix_caching=prefix_caching, mamba_cache_mode=mamba_mode)
+    if auto:
+        kw.update(max_model_len=-1, max_position_embeddings=max_model_len)
+    else:
+        kw.update(max_model_len=max_model_len)
+    available = None
+    worker_specs: tuple[dict[str, KVCacheSpec], ...] = (specs,)
+    if source == "override":
+        kw["num_gpu_blocks_override"] = target
+        kw["kv_cache_memory_bytes"] = draw(st.integers(1, 4 * memory + 1))  # ignored for the count
+    elif source == "memory":
+        kw["kv_cache_memory_bytes"] = memory
+        if workers and draw(st.integers(0, 4)) == 0:
+            worker_specs = (specs, specs)
+            available = (memory, memory + draw(st.integers(0, 3 * bpb)))
+    else:
+        kw["gpu_memory_bytes"] = 2 * memory
+        kw["gpu_memory_utilization"] = 0.5
+    return StartupCase(VllmConfig(**kw), worker_specs, source, available, target, needed)
+
+
+@st.composite
+def workloads(draw, max_model_len: int, *, max_requests: int = 4, max_outputs: int = 64,
+              shared_prefix: bool = True) -> list[WorkloadSpec]:
+    """Arrival lists of (prompt, max_tokens), ``prompt + max_tokens <= max_model_len``.
+
+    Prompts may share a prefix (prefix-cache hits); arrival steps are small so
+    requests overlap. Knobs: ``max_requests``, ``max_outputs``, ``shared_prefix``.
+    """
+    n = draw(st.integers(1, max_requests))
+    prefix_len = draw(st.integers(0, max_model_len - 1)) if shared_prefix and draw(st.booleans()) else 0
+    out: list[WorkloadSpec] = []
+    for i in range(n):
+        total = draw(st.integers(2, max_model_len))
+        outputs = draw(st.integers(1, max(1, min(max_outputs, total - 1))))
+        prompt_len = total - outputs
+        common = min(prefix_len, prompt_len)
+        prompt = tuple(range(common)) + tuple(10_000 * (i + 1) + j for j in range(prompt_len - common))
+        arrival = draw(st.integers(0, 8))
+        out.append(WorkloadSpec(f"r{i}", prompt, outputs, arrival))
+    return out
+
+
+def output_split(max_model_len: int, *, max_outputs: int = 64) -> st.SearchStrategy[int]:
+    """Outputs of a full-length request: 1 (prompt-heavy) first, else up to ``max_outputs``."""
+    hi = max(1, min(max_outputs, max_model_len - 1))
+    return st.one_of(st.just(1), st.integers(1, hi))
