@@ -35,6 +35,10 @@ def sliding_window_admission_blocks(sliding_window: Num, extra_retained_tokens: 
     """
     num_tokens = min_(sliding_window - 1 + extra_retained_tokens + max_in_flight_tokens,
                       max_model_len)
+    if fixes.is_on("swa_cap_exact"):
+        # finding F5: the exact worst case of a step (lemma swa_cap_reached_at_worst_step)
+        span = sliding_window - 1 + extra_retained_tokens + max_in_flight_tokens
+        return min_(cdiv(span + block_size - 1, block_size), cdiv(max_model_len, block_size))
     return cdiv(num_tokens, block_size) + 1
 
 
@@ -134,6 +138,17 @@ def min_written_tokens(max_model_len: Num, num_lookahead_tokens: Num) -> Num:
     The last sampled token is never fed back (finding F3); at least one token is written.
     """
     return max_(1, min_(max_model_len, max_model_len - 1 + num_lookahead_tokens))
+
+
+def planned_request_tokens(max_model_len: Num, num_lookahead_tokens: Num = 0) -> Num:
+    """Tokens the startup check and auto-fit size one request by: ``L`` (upstream).
+
+    Under the proposed fix ``check_plans_computed_tokens`` (finding F3): the tokens whose KV
+    is ever written, :func:`min_written_tokens`.
+    """
+    if fixes.is_on("check_plans_computed_tokens"):
+        return min_written_tokens(max_model_len, num_lookahead_tokens)
+    return max_model_len
 
 
 def usable_blocks(num_blocks: Num) -> Num:
@@ -279,15 +294,16 @@ def mamba_blocks_held(align_mode: bool, num_tokens: Num, num_computed_tokens: Nu
 
     ``none``: the base table with ``S`` blocks of extra tokens, states before the last
     one recycled. ``align``: the row is position-indexed over the retained range, but
-    only its first slot (the previous state, freed two steps later) and its last slot
-    (the running state) are real, plus the ``S`` speculative blocks.
+    only its first slot (the previous state, freed two steps later; none on the first
+    step) and its last slot (the running state) are real, plus the ``S`` speculative
+    blocks. (Checked against ``MambaManager`` by ``properties/test_lemma_models.py``.)
     """
     skipped = mamba_skipped_tokens(num_computed_tokens)
     if not align_mode:
         return blocks_held_after_step(num_tokens + block_size * num_speculative_blocks,
                                       skipped, block_size)
     retained = blocks_held_after_step(num_tokens, skipped, block_size)
-    return min_(retained, 2) + num_speculative_blocks
+    return min_(retained, ite(num_computed_tokens > 0, 2, 1)) + num_speculative_blocks
 
 
 def concurrency_blocks(num_blocks: Num) -> Num:

@@ -102,8 +102,15 @@ class VllmConfig:
 
     @property
     def max_in_flight_tokens(self) -> int:
-        """``VllmConfig.max_in_flight_tokens``: ``max_concurrent_batches * max_num_batched_tokens``."""
-        return self.max_concurrent_batches * self.max_num_batched_tokens
+        """``VllmConfig.max_in_flight_tokens``: ``max_concurrent_batches * max_num_batched_tokens``.
+
+        Under the proposed fix for finding F4 the lookahead slots each step reserves count too.
+        """
+        from kvverify import fixes
+        tokens = self.max_concurrent_batches * self.max_num_batched_tokens
+        if fixes.is_on("caps_count_lookahead"):
+            tokens += self.num_lookahead_tokens
+        return tokens
 
     @property
     def encoder_tokens(self) -> int:

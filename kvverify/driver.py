@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from kvverify.config import VllmConfig
 from kvverify.errors import ConfigError, PoolExhaustedError, require_int
@@ -86,9 +86,14 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
                  max_steps: int | None = None, progress_window: int | None = None,
                  scheduler_block_size: int | None = None, hash_block_size: int | None = None,
                  full_sequence_must_fit: bool = True, keep_trace: bool = True,
-                 scheduler: Scheduler | None = None) -> WorkloadResult:
+                 scheduler: Scheduler | None = None,
+                 on_step: Callable[[Scheduler, int], None] | None = None) -> WorkloadResult:
     """Run ``requests`` (arriving at ``arrival_steps``, default their own ``arrival_step``)
-    until all finish or a stall is detected. Deterministic; never hangs."""
+    until all finish or a stall is detected. Deterministic; never hangs.
+
+    ``on_step(scheduler, step)`` runs after every step (invariant checks); whatever it
+    raises propagates to the caller.
+    """
     reqs = [r.to_request() if isinstance(r, WorkloadSpec) else r for r in requests]
     if arrival_steps is not None:
         if len(arrival_steps) != len(reqs):
@@ -130,6 +135,7 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
             if not more_arrivals:
                 break
             step = arrivals[pending[next_arrival]]  # idle: jump to the next arrival
+            last_progress_step = step  # idle time is not a lack of progress
             continue
         if step >= max_steps:
             stall_reason, stalled_ids = "max_steps", _unfinished(sched)
@@ -141,6 +147,8 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
             stalled_ids = _unfinished(sched)
             break
         step += 1
+        if on_step is not None:
+            on_step(sched, step)
         produced = len(out.sampled_reqs)
         scheduled_tokens = out.total_num_scheduled_tokens
         running, waiting = sched.get_request_counts()

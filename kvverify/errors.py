@@ -40,6 +40,8 @@ class StartupCheckError(KVVerifyError):
 def require_int(field: str, value: object, *, minimum: int | None = None,
                 maximum: int | None = None) -> int:
     """Validate an integer field; raise :class:`ConfigError` naming it otherwise."""
+    if type(value) is int and (minimum is None or value >= minimum) and (maximum is None or value <= maximum):
+        return value  # fast path: valid
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(field, value, "must be an integer")
     if minimum is not None and minimum >= 0 and _positivity_flaw():

@@ -29,9 +29,16 @@ CATALOG: dict[str, Fix] = {f.name: f for f in (
     Fix("check_plans_computed_tokens", "F3-check-reserves-never-computed-token",
         "the startup check and auto-fit size a request by the tokens whose KV is ever written "
         "(L - 1 + num_lookahead_tokens for generate runners) instead of L"),
+    Fix("caps_count_lookahead", "F4-admission-caps-ignore-lookahead",
+        "max_in_flight_tokens (and so the SWA / chunked-local admission caps and startup bound) "
+        "includes num_lookahead_tokens, the extra slots every step reserves"),
     Fix("chunked_local_cap_plus_one", "F2-chunked-local-cap-misaligned-chunk",
         "ChunkedLocalAttentionSpec.max_admission_blocks_per_request adds one block when the chunk "
         "size is not a multiple of the block size (a chunk may start mid-block)"),
+    Fix("swa_cap_exact", "F5-swa-admission-cap-slack",
+        "SlidingWindowSpec.max_admission_blocks_per_request returns the exact worst case "
+        "min(cdiv(W - 1 + E + F + B - 1, B), cdiv(L, B)) instead of cdiv(min(W - 1 + E + F, L), B) + 1, "
+        "whose +1 no step ever needs when L <= W - 1 + E + F or W - 1 + E + F = 1 (mod B)"),
 )}
 
 _ACTIVE: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("kvverify_fixes",

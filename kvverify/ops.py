@@ -31,6 +31,8 @@ def is_symbolic(*values: object) -> bool:
 
 def floordiv(a: Num, b: Num) -> Num:
     """``a // b`` for a positive divisor ``b``."""
+    if type(a) is int and type(b) is int:
+        return a // b
     if is_symbolic(a, b):
         return a / b
     return a // b
@@ -45,6 +47,8 @@ def mod(a: Num, b: Num) -> Num:
 
 def cdiv(a: Num, b: Num) -> Num:
     """Ceiling division ``ceil(a / b)`` for a positive divisor ``b`` (vLLM's ``cdiv``)."""
+    if type(a) is int and type(b) is int:
+        return -(a // -b)
     if is_symbolic(a, b):
         return (a + b - 1) / b
     return -(a // -b)
@@ -52,18 +56,24 @@ def cdiv(a: Num, b: Num) -> Num:
 
 def ite(cond: Any, then: Num, other: Num) -> Num:
     """``then if cond else other`` on ints, ``z3.If`` on terms."""
+    if type(cond) is bool and type(then) is int and type(other) is int:
+        return then if cond else other
     if is_symbolic(cond, then, other):
         return z3.If(cond, then, other)
     return then if cond else other
 
 
 def min_(a: Num, b: Num) -> Num:
+    if type(a) is int and type(b) is int:
+        return a if a <= b else b
     if is_symbolic(a, b):
         return z3.If(a <= b, a, b)
     return a if a <= b else b
 
 
 def max_(a: Num, b: Num) -> Num:
+    if type(a) is int and type(b) is int:
+        return a if a >= b else b
     if is_symbolic(a, b):
         return z3.If(a >= b, a, b)
     return a if a >= b else b

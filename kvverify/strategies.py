@@ -91,8 +91,9 @@ def model_specs(draw, block_size: int, max_model_len: int, *, mamba_mode: str = 
     heads = draw(st.sampled_from((1, 2)))
     head_size = draw(st.sampled_from((8, 2, 4)))
     dtype = draw(st.sampled_from(("bfloat16", "float32", "fp8")))
-    window = draw(lengths(block_size, low=1, high=max(2, 2 * max_model_len)))
-    chunk = draw(lengths(block_size, low=1, high=max(2, 2 * max_model_len)))
+    near_block = st.integers(1, 2 * block_size)  # windows / chunks within a couple of blocks
+    window = draw(st.one_of(lengths(block_size, low=1, high=max(2, 2 * max_model_len)), near_block))
+    chunk = draw(st.one_of(lengths(block_size, low=1, high=max(2, 2 * max_model_len)), near_block))
     attn_block = block_size
     has_attention = any(k != "mamba" for k in kinds_drawn)
     mamba_state = None
@@ -145,24 +146,26 @@ def effective_block_size(specs: dict[str, KVCacheSpec], block_size: int, max_mod
 @st.composite
 def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6,
                   kinds: Sequence[str] = ATTENTION_KINDS, allow_mamba: bool = True,
-                  allow_auto: bool = True, max_len: int = 1024, workers: bool = True) -> StartupCase:
+                  allow_auto: bool = True, max_len: int = 1024, workers: bool = True,
+                  lookahead: bool = False) -> StartupCase:
     """A deployment whose block count lands at the startup boundary more often than not.
 
     Draws block size, max_model_len, token budget, a spec mix, a block source
     (``override`` / ``memory`` / ``profiled``) and a target ``N = needed + 1 + delta``
     with ``delta`` in ``{0, -1, +1, +-2}`` first. Knobs: ``sources``, ``max_layers``,
     ``kinds``, ``allow_mamba``, ``allow_auto`` (``max_model_len=-1``), ``max_len``,
-    ``workers`` (sometimes two workers with different memory).
+    ``workers`` (sometimes two workers with different memory), ``lookahead`` (draw
+    ``num_lookahead_tokens`` in 1..8, as speculative decoding reserves).
     """
     block_size = draw(st.sampled_from(BLOCK_SIZES))
     max_model_len = draw(lengths(block_size, low=2, high=max_len))
-    budget = draw(st.one_of(st.sampled_from((2048, 256, 64)), lengths(block_size, low=1, high=2048)))
-    mamba_mode = draw(st.sampled_from(("none", "align")))
+    budget = draw(st.one_of(st.sampled_from((2048, 8, 256, 64, 16)), lengths(block_size, low=1, high=2048)))
+    prefix_caching = draw(st.booleans())
+    # MambaModelConfig.verify_and_update_config: prefix caching <=> align mode.
+    mamba_mode = "align" if prefix_caching else "none"
     specs = draw(model_specs(block_size, max_model_len, mamba_mode=mamba_mode, max_layers=max_layers,
                              kinds=kinds, allow_mamba=allow_mamba))
-    has_mamba = any(isinstance(s, MambaSpec) for s in specs.values())
     block_size = effective_block_size(specs, block_size, max_model_len, mamba_mode)
-    prefix_caching = draw(st.booleans()) if not (has_mamba and mamba_mode == "none") else False
     auto = allow_auto and draw(st.booleans()) and draw(st.booleans())
     base = VllmConfig(block_size=block_size, max_model_len=max_model_len, max_num_batched_tokens=budget,
                       enable_prefix_caching=prefix_caching, mamba_cache_mode=mamba_mode,
@@ -178,7 +181,8 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
     extra = draw(st.one_of(st.just(0), st.integers(0, bpb - 1)))
     memory = target * bpb + extra
     kw: dict = dict(block_size=block_size, max_num_batched_tokens=budget,
-                    enable_prefix_caching=prefix_caching, mamba_cache_mode=mamba_mode)
+                    enable_prefix_caching=prefix_caching, mamba_cache_mode=mamba_mode,
+                    num_lookahead_tokens=draw(st.integers(1, 8)) if lookahead else 0)
     if auto:
         kw.update(max_model_len=-1, max_position_embeddings=max_model_len)
     else:
@@ -225,3 +229,47 @@ def output_split(max_model_len: int, *, max_outputs: int = 64) -> st.SearchStrat
     """Outputs of a full-length request: 1 (prompt-heavy) first, else up to ``max_outputs``."""
     hi = max(1, min(max_outputs, max_model_len - 1))
     return st.one_of(st.just(1), st.integers(1, hi))
+
+
+REAL_GROUP_BLOCK_SIZES = (16, 544, 181, 32, 64, 128, 256, 48, 80, 560, 1072)
+
+
+@dataclass(frozen=True)
+class BlockSizeCase:
+    """Groups with given block sizes (attention first, then optional Mamba) and a config."""
+
+    kv_cache_config: object
+    vllm_config: VllmConfig
+
+
+@st.composite
+def block_size_cases(draw) -> BlockSizeCase:
+    """Group block-size lists as upstream produces them (e.g. the seed [544]*4 + [181]).
+
+    Attention groups: the cache block size times a page-unification ratio; a Mamba group
+    (prefix caching on => ``align``, off => ``none``) with an independent block size.
+    ``prefix_match_unit``: unset first, else a divisor of the gcd, else anything.
+    """
+    from kvverify.grouping import KVCacheGroupSpec
+    from kvverify.planner import KVCacheConfig
+
+    size = st.one_of(st.sampled_from(REAL_GROUP_BLOCK_SIZES), st.integers(1, 600))
+    cache_bs = draw(size)
+    # the first group holds the cache block size (a single group always does)
+    ratios = [1] + draw(st.lists(st.sampled_from((1, 2, 4, 3)), max_size=3))
+    caching = draw(st.booleans())
+    groups = [KVCacheGroupSpec((f"attn{i}",), FullAttentionSpec(block_size=cache_bs * r, num_kv_heads=1,
+                                                                 head_size=8)) for i, r in enumerate(ratios)]
+    if draw(st.booleans()):
+        mamba_bs = draw(st.one_of(st.just(cache_bs), size))
+        groups.append(KVCacheGroupSpec(("mamba",), MambaSpec(
+            block_size=mamba_bs, shapes=((4, 4),), dtypes=("float32",),
+            mamba_cache_mode="align" if caching else "none")))
+    sizes = [g.kv_cache_spec.block_size for g in groups]
+    from math import gcd
+    g = gcd(*sizes)
+    divisors = [d for d in range(1, min(g, 64) + 1) if g % d == 0]
+    unit = draw(st.one_of(st.none(), st.sampled_from(divisors), st.integers(1, 600)))
+    config = VllmConfig(block_size=cache_bs, max_model_len=4096, enable_prefix_caching=caching,
+                        mamba_cache_mode="align" if caching else "none", prefix_match_unit=unit)
+    return BlockSizeCase(KVCacheConfig(num_blocks=8, kv_cache_tensors=(), kv_cache_groups=tuple(groups)), config)

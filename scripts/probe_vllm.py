@@ -516,6 +516,18 @@ def _checks():
     expect(est == 2048, "estimate_max_model_len(need/2) = 2048 (no null-block reservation here)")
     expect(vc.model_config.max_model_len == 4096, "estimate restores max_model_len")
     say(f"    estimate_max_model_len(vc, specs, need/2) = {est}")
+    # The public estimate does not reserve the null block; the check does. So the
+    # estimate's own answer fails the check for the same memory (API-level only:
+    # inside vLLM the estimate is only called by the check, on reduced memory).
+    vc.model_config.max_model_len = est
+    try:
+        check_enough_kv_cache_memory(vc, specs, need // 2)
+        est_passes = True
+    except ValueError:
+        est_passes = False
+    finally:
+        vc.model_config.max_model_len = 4096
+    expect(not est_passes, "check_enough(max_len=estimate(mem), mem) FAILS: only the check reserves the null block")
     say(f"    signature: estimate_max_model_len{inspect.signature(estimate_max_model_len)}")
     say(f"    signature: check_enough_kv_cache_memory{inspect.signature(check_enough_kv_cache_memory)}")
     _, _, cfg, sched_cfg, _ = plan(vc, specs, 10 * need)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -165,7 +164,8 @@ print("RC", rc)
 
 
 def test_without_torch_import_works_and_the_harness_says_how_to_install_it() -> None:
-    res = subprocess.run([sys.executable, "-c", _NO_TORCH], capture_output=True, text=True, timeout=120)
+    res = subprocess.run([sys.executable, "-c", _NO_TORCH], capture_output=True, text=True, timeout=120,
+                         check=False)
     assert res.returncode == 0, res.stderr
     assert "RAISED the allocation harness needs torch" in res.stdout
     assert "pip install" in res.stdout and "RC 2" in res.stdout
@@ -387,3 +387,15 @@ def test_cli_catalog_model_on_meta(torch, capsys: pytest.CaptureFixture[str]) ->
     assert "OK" in out and "skipped harness.poison" in out
     assert main(["harness", "--model", "no-such-model", "--device", "meta"]) == 2
     assert main(["harness", "--device", "meta"]) == 2  # no model given
+
+
+def test_poison_without_a_snapshot_uses_word_sums(torch, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The full-budget (cuda) branch: no second copy of the backing, chunked word sums instead."""
+    from kvverify.harness import checks, run_harness
+    monkeypatch.setattr(checks, "SNAPSHOT_BYTES", 0)
+    monkeypatch.setattr(checks, "CHUNK_BYTES", 1000)  # a multiple of 8: chunks stay word-aligned
+    assert run_harness(jamba_like(), "cpu").ok
+    bad = run_harness(mutations.layers_share_in_group(jamba_like()), "cpu")
+    assert any(v.name == "harness.poison" for v in bad.violations)
+    swapped = mutations.groups_misaligned(gemma_like())
+    assert "harness.poison" in run_harness(swapped, "cpu").names()

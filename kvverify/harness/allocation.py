@@ -191,7 +191,7 @@ def allocate_kv_cache(config: KVCacheConfig, device: str = "cpu", *,
             continue
         page = spec.real_page_size_bytes
         n = _blocks_that_fit(start, stride, page, size, n_planned)
-        storage_offset = start if start >= 0 else 0
+        storage_offset = max(start, 0)
         pages = torch.as_strided(raw, (n, page), (max(stride, 0), 1), storage_offset=storage_offset)
         views, error = _typed_views(torch, pages, spec, n)
         alloc.layers[name] = LayerAllocation(name, groups.get(name, -1), spec, ti, pos, start, stride,

@@ -26,11 +26,13 @@ from kvverify.harness.allocation import (
     LayerAllocation,
     allocate_kv_cache,
     free,
+    region_of_view,
 )
 from kvverify.harness.geometry import (
     Region,
     expected_bytes,
     find_forbidden_overlaps,
+    overlapping_blocks,
     page_parts,
     planned_regions,
     tensor_extent,
@@ -73,7 +75,7 @@ CHECKS = (LAYER_COVERAGE, SINGLE_BACKING, TOTAL_BYTES, TENSOR_SIZE, NUM_BLOCKS, 
 MAX_PER_CHECK = 8          # witnesses reported per check (the total count goes in evidence)
 CUDA_ROUNDING_SLACK = 2 * 2**20  # caching-allocator rounding tolerated by cuda_memory_allocated
 CHUNK_BYTES = 64 * 2**20   # data passes touch at most this many bytes per torch op
-SNAPSHOT_BYTES = 64 * 2**20  # poison compares a full snapshot up to this size, else byte sums
+SNAPSHOT_BYTES = 4 * 2**30  # poison compares with one full snapshot up to this size, else word sums
 
 NO_DATA = "device {device!r} holds no data (shapes and sizes only): data-dependent part skipped"
 
@@ -211,9 +213,9 @@ def check_null_block(alloc: KVCacheAllocation) -> list[Violation]:
 def check_block_addressable(alloc: KVCacheAllocation, *, data: bool = True) -> list[Violation]:
     """Block ids ``1..num_blocks-1`` of every layer are inside the backing at their planned pages.
 
-    Geometry (any device): ``view.shape[0] >= N``, the block-0 page and the block stride
-    are the planned ones (pages are affine in the id, so every id lands where planned),
-    and the last block ends inside the backing (``meta`` does not bound-check views).
+    Geometry (any device): the views reach block ``N - 1`` and its page ends inside the
+    backing (``meta`` does not bound-check views); pages are affine in the id, so with
+    ``planned_aliasing`` (block 0 and the stride as planned) every id lands where planned.
     Data (cpu/cuda, ``data=True``): write each block's id into its page through the
     layer's byte view and read every page back, so two ids sharing a page show up.
     """
@@ -250,13 +252,12 @@ def _write_read_block_ids(torch: Any, la: LayerAllocation) -> tuple[int, int] | 
     if n <= 1 or page == 0:
         return None
     dev = pages.device
-    cols = torch.arange(page, device=dev) % 4
     step = max(1, CHUNK_BYTES // page)
 
     def code(lo: int, hi: int) -> Any:
         ids = torch.arange(lo, hi, device=dev, dtype=torch.int64)
         id_bytes = torch.stack([(ids >> (8 * k)) & 0xFF for k in range(4)], dim=1).to(torch.uint8)
-        return id_bytes[:, cols]
+        return id_bytes.repeat(1, -(-page // 4))[:, :page]
 
     for lo in range(1, n, step):
         hi = min(n, lo + step)
@@ -321,18 +322,28 @@ def check_planned_aliasing(alloc: KVCacheAllocation) -> list[Violation]:
 # --- poison --------------------------------------------------------------------------------
 
 
-def _checksum(torch: Any, raw: Any) -> int:
-    total = 0
-    for lo in range(0, int(raw.numel()), CHUNK_BYTES):
-        total += int(raw[lo:lo + CHUNK_BYTES].sum(dtype=torch.int64))
-    return total
+def _word_sum(torch: Any, raw: Any, lo: int = 0, hi: int | None = None) -> int:
+    """Wrapping sum (mod 2**64) of ``raw[lo:hi]`` as int64 words, chunked, one device sync.
+
+    ``lo`` must be a multiple of 8; bytes past the last whole word are summed as bytes.
+    """
+    n = int(raw.numel())
+    hi = n if hi is None else min(hi, n)
+    n8 = n // 8 * 8
+    total = torch.zeros((), dtype=torch.int64, device=raw.device)
+    mid = min(hi, n8)
+    for a in range(lo, mid, CHUNK_BYTES):
+        total += raw[a:min(a + CHUNK_BYTES, mid)].view(torch.int64).sum()
+    if hi > n8:
+        total += raw[max(lo, n8):hi].sum(dtype=torch.int64)
+    return int(total) % 2**64
 
 
 def _probes(alloc: KVCacheAllocation, rng: random.Random, max_layers: int) -> list[tuple[str, int]]:
     names = list(alloc.layers)
     if len(names) > max_layers:
         names = [names[0], names[-1], *rng.sample(names[1:-1], max_layers - 2)]
-    probes = []
+    probes: list[tuple[str, int]] = []
     for name in names:
         n = alloc.layers[name].num_blocks
         if n <= 0:
@@ -344,19 +355,53 @@ def _probes(alloc: KVCacheAllocation, rng: random.Random, max_layers: int) -> li
     return probes
 
 
-def check_poison(alloc: KVCacheAllocation, *, seed: int = 0, max_probe_layers: int = 16,
-                 max_witness_layers: int = 64) -> list[Violation]:
-    """Write random bytes (never zero) into one block of one layer; nothing else may change.
+def _witnesses(alloc: KVCacheAllocation, regions: list[Region], x: LayerAllocation, b: int, lo: int,
+               hi: int) -> list[tuple[LayerAllocation, int]]:
+    """Pages that may see a write to ``[lo, hi)``: those whose *views* or *planned* pages reach it.
 
-    The backing is first filled with seeded random bytes in ``[1, 255]``; each probe
-    adds a random non-zero delta to every byte of block ``b`` of layer ``x`` through its
-    *typed* view(s). Then: (1) the block reads back as written; (2) no witness page —
-    blocks ``0, b-1, b, b+1, N-1`` of every layer — changed, except block ``b`` of layers
-    of other groups (the planned alias); (3) planned aliases *do* see the write where
-    their planned bytes overlap; (4) no byte outside the block's planned page changed (a full snapshot comparison up
-    to ``SNAPSHOT_BYTES``; above it, the backing's byte sum must change by exactly the
-    block's change, so real-size cuda plans need no second copy). Probes: blocks 0 (null), 1,
-    N-1 and a random one of each of up to ``max_probe_layers`` layers. cpu/cuda only.
+    Plus ``x``'s own neighbours of ``b``. A correct plan yields ``x``'s neighbours and
+    block ``b`` of the layers overlaid on ``x`` (other groups): a handful of pages.
+    """
+    out = {(x.name, c): (x, c) for c in (b - 1, b + 1, 0, x.num_blocks - 1) if 0 <= c < x.num_blocks and c != b}
+    reach = [(w, region_of_view(w.name, 0, w.group, w.pages)) for w in alloc.layers.values()]
+    reach += [(alloc.layers[r.layer], r) for r in regions if r.part == 0 and r.layer in alloc.layers]
+    for w, region in reach:
+        rng = overlapping_blocks(region, lo, hi)
+        if rng is None:
+            continue
+        for c in {rng[0], rng[1], min(rng[0] + 1, rng[1]), *([b] if rng[0] <= b <= rng[1] else [])}:
+            if (w.name, c) != (x.name, b) and c < w.num_blocks:
+                out[(w.name, c)] = (w, c)
+    return list(out.values())
+
+
+def _hits(regions: list[Region], addr: int) -> list[list[Any]]:
+    """Planned ``(layer, block)`` pages containing byte ``addr`` (evidence for a stray write)."""
+    out = []
+    for r in regions:
+        if r.stride > 0:
+            k = (addr - r.start) // r.stride
+            if 0 <= k < r.count and r.start + k * r.stride <= addr < r.start + k * r.stride + r.length:
+                out.append([r.layer, k])
+    return out[:4]
+
+
+def check_poison(alloc: KVCacheAllocation, *, seed: int = 0, max_probe_layers: int = 16) -> list[Violation]:
+    """Write random data into one block of one layer; nothing else may change.
+
+    The backing is first filled with seeded random bytes in ``[1, 255]`` (never zeros,
+    which fresh memory may already hold); each probe adds a seeded random non-zero delta
+    to every byte of block ``b`` of layer ``x`` through its *typed* view(s), so every byte
+    of the block really changes, and subtracts it again afterwards. Checks: (1) the block
+    reads back as written; (2) no byte outside the block's planned page changed — a
+    comparison with one snapshot up to ``SNAPSHOT_BYTES``, above it the backing's
+    wrapping word sum must change exactly as the page's words do (a full-budget cuda
+    plan needs no second copy); (3) no other page read through its layer's view changed — the pages whose views
+    reach the written page, and ``x``'s neighbouring blocks — except block ``b`` of layers
+    of other groups (the planned alias); (4) those planned aliases *do* see the write
+    where their planned bytes overlap (reported as ``planned_aliasing``). Probes: blocks
+    0 (the null block), 1, N-1 and a random one, of up to ``max_probe_layers`` layers.
+    cpu/cuda only (``meta`` holds no data).
     """
     torch = require_torch()
     if not alloc.has_data or alloc.backing is None or not alloc.layers:
@@ -367,24 +412,18 @@ def check_poison(alloc: KVCacheAllocation, *, seed: int = 0, max_probe_layers: i
     rng = random.Random(seed)
     raw = alloc.backing.view(torch.uint8)
     raw.random_(1, 256, generator=gen)
-    planned = {(r.layer, r.part): r for r in planned_regions(alloc.config, alloc.layer_specs)}
-    layers = list(alloc.layers.values())
+    regions = planned_regions(alloc.config, alloc.layer_specs)
+    planned = {(r.layer, r.part): r for r in regions}
+    snapshot = raw.clone() if int(raw.numel()) <= SNAPSHOT_BYTES else None
+    s0 = _word_sum(torch, raw) if snapshot is None else 0
     out: list[Violation] = []
     for x_name, b in _probes(alloc, rng, max_probe_layers):
         x = alloc.layers[x_name]
-        if len(layers) <= max_witness_layers:
-            witnesses = layers
-        else:  # x, the layers overlaid on it, and a seeded sample of the rest
-            chosen = {w.name: w for w in layers if w.name == x_name or w.planned_start == x.planned_start}
-            chosen.update((w.name, w) for w in rng.sample(layers, max_witness_layers))
-            witnesses = list(chosen.values())
-        before = {}
-        for w in witnesses:
-            idx = sorted({c for c in (0, b - 1, b, b + 1, w.num_blocks - 1) if 0 <= c < w.num_blocks})
-            if idx:
-                before[w.name] = (idx, w.pages[torch.tensor(idx, device=dev)].clone())
-        snapshot = raw.clone() if int(raw.numel()) <= SNAPSHOT_BYTES else None
-        s0 = _checksum(torch, raw) if snapshot is None else 0
+        page_lo = x.planned_start + b * x.planned_stride
+        page_hi = page_lo + x.spec.real_page_size_bytes
+        witnesses = [(w, c, w.pages[c].clone()) for w, c in _witnesses(alloc, regions, x, b, page_lo, page_hi)]
+        lo8, hi8 = page_lo // 8 * 8, -(-page_hi // 8) * 8
+        region0 = _word_sum(torch, raw, lo8, hi8) if snapshot is None else 0
         parts_before, deltas = [], []
         for v in x.views:
             bytes_v = v[b].view(torch.uint8)
@@ -393,56 +432,54 @@ def check_poison(alloc: KVCacheAllocation, *, seed: int = 0, max_probe_layers: i
                                         device=dev))
         for v, d in zip(x.views, deltas):
             v[b].view(torch.uint8).add_(d)
-        written = 0
         for part, (v, pb, d) in enumerate(zip(x.views, parts_before, deltas)):
             now = v[b].view(torch.uint8)
-            written += int(now.sum(dtype=torch.int64)) - int(pb.sum(dtype=torch.int64))
             if not bool((now == pb + d).all()):
                 out.append(Violation(POISON, f"block {b} of layer {x_name} (part {part}) does not read back "
                                      "what was written through its view",
                                      {"layer": x_name, "block": b, "part": part,
                                       "bytes_wrong": int((now != pb + d).sum())}))
-        page_lo = x.planned_start + b * x.planned_stride
-        page_hi = page_lo + x.spec.real_page_size_bytes
+        lo, hi = max(page_lo, 0), max(min(page_hi, int(raw.numel())), max(page_lo, 0))
         if snapshot is not None:
-            changed_at = (raw != snapshot).nonzero().flatten()
-            outside = changed_at[(changed_at < page_lo) | (changed_at >= page_hi)]
-            if int(outside.numel()):
+            if not (torch.equal(raw[:lo], snapshot[:lo]) and torch.equal(raw[hi:], snapshot[hi:])):
+                changed_at = (raw != snapshot).nonzero().flatten()
+                outside = changed_at[(changed_at < lo) | (changed_at >= hi)]
+                first = int(outside[0])
                 out.append(Violation(POISON, f"writing block {b} of layer {x_name} changed bytes outside it",
                                      {"layer": x_name, "block": b, "page": [page_lo, page_hi],
-                                      "bytes_outside": int(outside.numel()), "first_outside": int(outside[0])}))
-        else:
-            s1 = _checksum(torch, raw)
-            if s1 - s0 != written:
+                                      "bytes_outside": int(outside.numel()), "first_outside": first,
+                                      "planned_pages_hit": _hits(regions, first)}))
+        else:  # everything outside the page's words sums as before (mod 2**64)
+            changed = (_word_sum(torch, raw) - s0) % 2**64
+            in_page = (_word_sum(torch, raw, lo8, hi8) - region0) % 2**64
+            if changed != in_page:
                 out.append(Violation(POISON, f"writing block {b} of layer {x_name} changed bytes outside it",
                                      {"layer": x_name, "block": b, "page": [page_lo, page_hi],
-                                      "sum_change": s1 - s0, "block_change": written}))
-        for w in witnesses:
-            if w.name not in before:
+                                      "sum_change": changed, "page_sum_change": in_page}))
+        for w, c, pre in witnesses:
+            post = w.pages[c]
+            if not bool((post != pre).any()):
                 continue
-            idx, pre = before[w.name]
-            post = w.pages[torch.tensor(idx, device=dev)]
-            changed = (post != pre).any(dim=1).tolist()
-            for c, ch in zip(idx, changed):
-                if w.name == x_name and c == b:
-                    continue
-                alias = w.name != x_name and w.group != x.group and c == b
-                if ch and not alias:
-                    kind = "that layer" if w.name == x_name else \
-                        "a layer of the same group" if w.group == x.group else "another group"
-                    out.append(Violation(POISON, f"writing block {b} of layer {x_name} changed block {c} of "
-                                         f"{w.name} ({kind})",
-                                         {"layer": x_name, "block": b, "changed_layer": w.name,
-                                          "changed_block": c, "group": x.group, "changed_group": w.group}))
-                if alias:
-                    out.extend(_alias_sees_write(torch, planned, x, w, b, pre[idx.index(c)],
-                                                 post[idx.index(c)]))
+            if w.name != x_name and w.group != x.group and c == b:
+                out.extend(_alias_sees_write(planned, x, w, b, pre, post))
+                continue
+            kind = "that layer" if w.name == x_name else \
+                "a layer of the same group" if w.group == x.group else "another group"
+            out.append(Violation(POISON, f"writing block {b} of layer {x_name} changed block {c} of "
+                                 f"{w.name} ({kind})",
+                                 {"layer": x_name, "block": b, "changed_layer": w.name,
+                                  "changed_block": c, "group": x.group, "changed_group": w.group}))
+        for w, c, pre in witnesses:  # planned aliases that did NOT see the write
+            if w.name != x_name and w.group != x.group and c == b and not bool((w.pages[c] != pre).any()):
+                out.extend(_alias_sees_write(planned, x, w, b, pre, w.pages[c]))
+        for v, d in zip(reversed(x.views), reversed(deltas)):  # undo: the snapshot stays valid
+            v[b].view(torch.uint8).sub_(d)
         if len(out) >= MAX_PER_CHECK:
             break
     return out[:MAX_PER_CHECK]
 
 
-def _alias_sees_write(torch: Any, planned: Mapping[tuple[str, int], Region], x: LayerAllocation,
+def _alias_sees_write(planned: Mapping[tuple[str, int], Region], x: LayerAllocation,
                       w: LayerAllocation, b: int, pre: Any, post: Any) -> list[Violation]:
     """Where the plan overlays ``w``'s block ``b`` on ``x``'s, ``w`` must read the new bytes."""
     px, pw = planned.get((x.name, 0)), planned.get((w.name, 0))
@@ -482,7 +519,8 @@ def check_cuda_memory(alloc: KVCacheAllocation, *, gpu_memory_utilization: float
             out.append(Violation(CUDA_MEMORY_ALLOCATED, "torch.cuda.memory_allocated() grew by other than "
                                  "the planned bytes",
                                  {"measured": got, "planned": want, "difference": got - want,
-                                  "before": alloc.memory_allocated_before}))
+                                  "requested": alloc.allocated_bytes, "before": alloc.memory_allocated_before,
+                                  "slack": CUDA_ROUNDING_SLACK}))
     if alloc.mem_get_info is not None:
         free_b, total = alloc.mem_get_info
         budget = int(total * gpu_memory_utilization) - (total - free_b)

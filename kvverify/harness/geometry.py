@@ -158,7 +158,7 @@ def _aliasing_allowed(a: Region, b: Region) -> bool:
     return a.layer != b.layer and a.group != b.group and a.group >= 0 and b.group >= 0
 
 
-def _overlapping_blocks_of(b: Region, lo: int, hi: int) -> tuple[int, int] | None:
+def overlapping_blocks(b: Region, lo: int, hi: int) -> tuple[int, int] | None:
     """Block ids of ``b`` whose page meets ``[lo, hi)``, as an inclusive range, or None."""
     if b.count <= 0 or hi <= lo or b.length <= 0:
         return None
@@ -200,15 +200,15 @@ def pair_overlap(a: Region, b: Region) -> Overlap | None:
     first, second, swapped = (a, b, False) if a.count <= b.count else (b, a, True)
     for i in range(first.count):
         lo, hi = first.page(i)
-        rng = _overlapping_blocks_of(second, lo, hi)
+        rng = overlapping_blocks(second, lo, hi)
         if rng is None:
             continue
         kmin, kmax = rng
-        j = next((j for j in (kmin, kmax, kmin + 1) if kmin <= j <= kmax
-                  and not (j == i and allowed_same_block)), None)
-        if j is None:
+        hit = next((c for c in (kmin, kmax, kmin + 1) if kmin <= c <= kmax
+                    and not (c == i and allowed_same_block)), None)
+        if hit is None:
             continue
-        return Overlap(second, j, first, i) if swapped else Overlap(first, i, second, j)
+        return Overlap(second, hit, first, i) if swapped else Overlap(first, i, second, hit)
     return None
 
 
@@ -291,6 +291,6 @@ def view_shape(spec: KVCacheSpec, num_blocks: int) -> list[tuple[tuple[int, ...]
     return [((num_blocks, spec.real_page_size_bytes), "uint8")]
 
 
-__all__ = ["Overlap", "Region", "alignment_problems", "expected_bytes", "find_forbidden_overlaps", "layer_group_index",
-           "page_parts", "pair_overlap", "part_itemsizes", "planned_layer_start", "planned_regions", "resolve_layer_specs",
-           "tensor_extent", "view_shape"]
+__all__ = ["Overlap", "Region", "alignment_problems", "expected_bytes", "find_forbidden_overlaps",
+           "layer_group_index", "overlapping_blocks", "page_parts", "pair_overlap", "part_itemsizes",
+           "planned_layer_start", "planned_regions", "resolve_layer_specs", "tensor_extent", "view_shape"]

@@ -33,10 +33,12 @@ SOURCES = ("explicit", "override")
 
 
 def group_blocks(mix: str, length, v: Mapping, block_size: int) -> list:
-    """``blocks_g(length)`` of each group of the mix, in the planner's group order."""
-    blocks = [arith.full_attention_blocks(length, block_size)]
+    """``blocks_g(length)`` of each group of the mix, in the planner's group order (sized by
+    ``planned_request_tokens``: ``length`` upstream, the written tokens under fix F3)."""
+    tokens = arith.planned_request_tokens(length)
+    blocks = [arith.full_attention_blocks(tokens, block_size)]
     if mix == "full+swa":
-        blocks.append(arith.sliding_window_admission_blocks(v["W"], 0, v["F"], length, block_size))
+        blocks.append(arith.sliding_window_admission_blocks(v["W"], 0, v["F"], tokens, block_size))
     return blocks
 
 

@@ -56,27 +56,31 @@ def _detail(r: Result) -> str:
     if r.result == "unknown":
         return r.reason or ""
     if r.counterexample is None:
-        return f"{r.cases} cases"
+        return ""
     cex = r.counterexample
     values = ", ".join(f"{k}={v}" for k, v in cex.get("values", {}).items())
-    return f"{cex['case']}: {values}\nreplay: {r.replay}"
+    return f"counterexample ({cex['case']}): {values}\nreplay: {r.replay}"
 
 
 def results_table(results: Sequence[Result], title: str | None = None):
-    """A ``rich`` table: lemma, domain, result, time, detail."""
+    """A ``rich`` table: lemma, domain, result, time (details of non-proved results inline)."""
     from rich.table import Table
 
     flaw = next((r.flaw for r in results if r.flaw), None)
     total = sum(r.seconds for r in results)
+    bad = sum(1 for r in results if not r.ok)
+    caption = f"{len(results)} lemmas, {total:.2f} s total" + (f", {bad} FAILED" if bad else ", all as expected")
     table = Table(title=title or ("kvverify lemmas" + (f" (flaw {flaw})" if flaw else "")),
-                  caption=f"{len(results)} lemmas, {total:.2f} s total", show_lines=True)
-    table.add_column("lemma", style="bold", no_wrap=True)
-    table.add_column("domain", ratio=3)
-    table.add_column("result")
-    table.add_column("time", justify="right")
-    table.add_column("detail", ratio=3)
+                  caption=caption, show_lines=True, expand=True)
+    table.add_column("lemma", style="bold", overflow="fold", ratio=2)
+    table.add_column("domain", ratio=5)
+    table.add_column("result", ratio=2)
+    table.add_column("time", justify="right", no_wrap=True)
     for r in results:
-        table.add_row(r.name, r.domain, _result_cell(r), f"{r.seconds:.2f} s", _detail(r))
+        domain = r.domain
+        if r.result != "proved":
+            domain += f"\n[dim]{_detail(r)}[/dim]"
+        table.add_row(r.name, domain, _result_cell(r), f"{r.seconds:.2f} s")
     return table
 
 

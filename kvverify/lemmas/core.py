@@ -69,8 +69,8 @@ class Case:
     label: str
     params: dict[str, Any]
     variables: tuple[Var, ...]
-    domain: Callable[[Mapping[str, Any]], list[Any]]
-    claim: Callable[[Mapping[str, Any]], Any]
+    domain: Callable[..., list[Any]]  # (values: Mapping[str, Any]) -> conditions
+    claim: Callable[..., Any]  # (values: Mapping[str, Any]) -> condition
     shrink: tuple[str, ...] = ()
 
 
@@ -237,8 +237,8 @@ def check_case(case: Case, rlimit: int = RLIMIT, timeout_ms: int = TIMEOUT_MS) -
         return _CaseOutcome("unsat")
     if r == z3.unknown:
         reason = s.reason_unknown()
-        if reason == "canceled":
-            reason = f"canceled (rlimit {rlimit} or timeout {timeout_ms} ms exhausted)"
+        if reason == "canceled" or "resource limit" in reason:
+            reason = f"{reason} (rlimit {rlimit} / timeout {timeout_ms} ms exhausted)"
         return _CaseOutcome("unknown", reason=reason)
     values = _model_values(s.model(), symbols)
     values = _shrink(s, symbols, case.variables, case.shrink, values)
@@ -278,6 +278,8 @@ def prove(lemma: Lemma, flaw: str | None = None, fix: bool = False,
     t0 = time.perf_counter()
     try:
         with switches(flaw, fix_name):
+            active = sorted(flaws.active())  # includes flaws switched on globally (pytest --flaw)
+            res.flaw = ",".join(active) or None
             for case in lemma.cases():
                 res.cases += 1
                 out = check_case(case, rlimit, timeout_ms)

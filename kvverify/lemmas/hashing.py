@@ -47,7 +47,8 @@ GCD_LCM = Lemma(
     topic="block sizes",
     statement=("gcd(group sizes) divides every group size (so the default hash size is a valid "
                "prefix_match_unit), lcm(group sizes) is a multiple of each"),
-    domain=f"every list of 1 to 3 group block sizes from {list(SIZES)} (exhaustive, {sum(1 for _ in _lists((1, 2, 3)))} lists)",
+    domain=(f"every list of 1 to 3 group block sizes from {list(SIZES)} "
+            f"(exhaustive, {sum(1 for _ in _lists((1, 2, 3)))} lists)"),
     cases=_gcd_lcm_cases)
 
 

@@ -39,7 +39,7 @@ from kvverify.lemmas.replay import (
     too_big,
 )
 from kvverify.managers.registry import get_manager_for_kv_cache_spec
-from kvverify.ops import cdiv, divides
+from kvverify.ops import and_, cdiv, divides, ite, max_, min_
 from kvverify.pool import BlockPool
 from kvverify.specs import ChunkedLocalAttentionSpec, SlidingWindowSpec
 
@@ -171,6 +171,82 @@ CHUNKED_HELD_ALIGNED = Lemma(
     statement="the same bound holds when the chunk size is a multiple of the block size (B | C)",
     domain=f"{_STEP_DOMAIN}; C <= 2^20 symbolic with B | C; B enumerated {list(BLOCK_SIZES)}",
     cases=lambda: _held_cases("chunked", aligned_only=True), replay=_replay_held)
+
+
+# --- is the SWA cap needed? (guarantee 2: no needlessly reserved block) ------------------
+
+
+def worst_step(v: Mapping, block_size: int) -> dict:
+    """The step that holds the most SWA blocks (a Skolem witness, so no quantifier).
+
+    Window span ``T = W - 1 + E + F``. If ``L <= T`` the whole request fits one span:
+    compute ``max(0, L - F)`` tokens, then schedule the rest (held: ``cdiv(L, B)``).
+    Otherwise start the span at offset ``s = min(B - 1, L - T)`` into a block: ``n = s + W - 1
+    + E`` computed, ``k = F`` new (held: ``cdiv(s + T, B)``).
+    """
+    span = v["W"] - 1 + v["E"] + v["F"]
+    short = v["L"] <= span
+    offset = min_(block_size - 1, v["L"] - span)
+    n = ite(short, max_(0, v["L"] - v["F"]), offset + v["W"] - 1 + v["E"])
+    k = ite(short, v["L"] - n, v["F"])
+    return {**v, "n": n, "k": k}
+
+
+def _tight_cases() -> Iterator[Case]:
+    for b in BLOCK_SIZES:
+        def domain(v: Mapping, b: int = b) -> list:
+            return []
+
+        def claim(v: Mapping, b: int = b) -> object:
+            w = worst_step(v, b)
+            return and_(*_step_domain(w), w["n"] >= 0, w["k"] >= 1,
+                        held("swa", w, b) == cap_of("swa", v, b))
+
+        yield Case(f"swa, B={b}", {"kind": "swa", "block_size": b},
+                   (Var("L", 1, MAX_TOKENS_SYM), Var("F", 1, MAX_WINDOW)) + _window_vars("swa"),
+                   domain=domain, claim=claim, shrink=("L", "F", "W", "E"))
+
+
+def _replay_tight(case: Case, v: Mapping[str, int]) -> ReplayOutcome:
+    """Every step of the concrete config on the real manager: none reaches the cap."""
+    b = case.params["block_size"]
+    if v["L"] * min(v["F"], v["L"]) > 20_000:
+        return ReplayOutcome(False, f"too large to enumerate every step (L={v['L']}, F={v['F']})")
+    best, where, cap = -1, (0, 0), 0
+    for n in range(v["L"]):
+        for k in range(1, min(v["F"], v["L"] - n) + 1):
+            m = _manager("swa", b, v, cdiv(v["L"], b) + 2)
+            cap = m.max_admission_blocks_per_request
+            got = run_steps(m, "req", chunk_schedule(n, v["F"]) + [k])
+            if got > best:
+                best, where = got, (n, k)
+    return ReplayOutcome(best < cap, f"SlidingWindowManager over every step (n, k): at most {best} "
+                         f"blocks held (first at n={where[0]}, k={where[1]}), the cap reserves {cap}",
+                         {"max_held": best, "cap": cap, "at": list(where)})
+
+
+F5 = Finding(
+    id="F5-swa-admission-cap-slack",
+    title="the sliding-window cap's +1 is reserved where no step can need it",
+    upstream=("vllm/v1/kv_cache_interface.py: SlidingWindowSpec.max_admission_blocks_per_request "
+              "(and max_memory_usage_bytes): cdiv(min(W - 1 + E + F, L), B) + 1"),
+    consequence=("the +1 covers a window starting mid-block, which needs room behind the span; when "
+                 "L <= W - 1 + E + F (e.g. Gemma 3: W=1024, max_model_len 8192, "
+                 "max_num_batched_tokens 8192) no step holds more than cdiv(L, B) blocks, and when "
+                 "W - 1 + E + F = 1 (mod B) the +1 never materialises either. Each SWA group then reserves one "
+                 "block per request that no workload uses: the startup check refuses pools that could "
+                 "serve, auto-fit picks a shorter max_model_len, and admission is one block stricter"),
+    fix="swa_cap_exact")
+
+SWA_TIGHT = Lemma(
+    name="swa_cap_reached_at_worst_step",
+    topic="sliding window",
+    statement=("the SWA admission cap is needed: the worst-case step (witness: the span W - 1 + E + F "
+               "placed at block offset min(B - 1, L - span), or the whole request when L <= span) "
+               "holds exactly max_admission_blocks_per_request blocks"),
+    domain="L <= 2^24, F, W <= 2^20, E <= 2^10 symbolic; B enumerated; witness step explicit (no quantifier)",
+    cases=_tight_cases, replay=_replay_tight,
+    expected="counterexample", finding=F5)
 
 
 # --- startup bound = admission cap ---------------------------------------------------------
@@ -353,8 +429,10 @@ MAMBA = Lemma(
     statement=("Mamba blocks held at any step, speculative blocks included, <= startup bound "
                "(none: 1 + S; align: 2 + S + P)"),
     domain=(f"{_STEP_DOMAIN}; S in [0, 64], P in [0, 1] symbolic; none: block size = L symbolic; "
-            f"align: B enumerated, only the first and last retained slots are real (MambaManager layout)"),
+            f"align: B enumerated, only the first (previous state, none on the first step) and last "
+            f"(running state) retained slots are real: the MambaManager layout, checked step by step "
+            f"against the manager by properties/test_lemma_models.py; prefill checkpoint blocks not taken"),
     cases=_mamba_cases)
 
 
-LEMMAS = [SWA_HELD, CHUNKED_HELD, CHUNKED_HELD_ALIGNED, ONE_SOURCE, GATE, PREDICTOR, MAMBA]
+LEMMAS = [SWA_HELD, SWA_TIGHT, CHUNKED_HELD, CHUNKED_HELD_ALIGNED, ONE_SOURCE, GATE, PREDICTOR, MAMBA]

@@ -48,12 +48,14 @@ def mix_specs(mix: str, block_size: int, window_or_chunk: int | None = None) -> 
     """Spec mixes the lemmas use: ``full``, ``full+swa``, ``full+chunked`` (one layer each,
     equal pages, so the planner makes one group per layer and bytes_per_block = page)."""
     specs: dict[str, KVCacheSpec] = {"layers.0.full": full_layer(block_size)}
+    if mix != "full" and window_or_chunk is None:
+        raise ValueError(f"mix {mix!r} needs a window / chunk size")
     if mix == "full+swa":
         specs["layers.1.swa"] = SlidingWindowSpec(**attention_kwargs(block_size),
-                                                  sliding_window=window_or_chunk)
+                                                  sliding_window=int(window_or_chunk or 0))
     elif mix == "full+chunked":
         specs["layers.1.chunked"] = ChunkedLocalAttentionSpec(**attention_kwargs(block_size),
-                                                              attention_chunk_size=window_or_chunk)
+                                                              attention_chunk_size=int(window_or_chunk or 0))
     elif mix != "full":
         raise ValueError(f"unknown mix {mix!r}")
     return specs

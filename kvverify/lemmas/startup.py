@@ -22,8 +22,13 @@ from kvverify.lemmas.replay import (
     plan_summary,
     source_kwargs,
 )
-from kvverify.ops import and_, implies
-from kvverify.planner import bytes_per_block, get_max_concurrency_for_kv_cache_config, per_layer_spec
+from kvverify.ops import and_, implies, min_
+from kvverify.planner import (
+    bytes_per_block,
+    get_max_concurrency_for_kv_cache_config,
+    per_layer_spec,
+    plan_kv_cache,
+)
 from kvverify.specs import MambaSpec, SlidingWindowSpec
 
 MAX_T = 2**30  # blocks one request may need (symbolic)
@@ -39,7 +44,7 @@ def _memory_var(source: str) -> Var:
 
 
 def _source_vars(source: str) -> tuple[Var, ...]:
-    vs = (_memory_var(source),)
+    vs: tuple[Var, ...] = (_memory_var(source),)
     if source == "override":
         vs += (Var("override", 1, MAX_BLOCKS),)
     return vs
@@ -81,7 +86,7 @@ def _replay_null_block(case: Case, v: Mapping[str, int]) -> ReplayOutcome:
 
 
 def _null_block_lemma(source: str) -> Lemma:
-    catches = ("null_block_not_reserved",)
+    catches: tuple[str, ...] = ("null_block_not_reserved",)
     if source == "override":
         catches += ("override_ignored_in_check",)
     what = {"override": "num_gpu_blocks_override (raw memory also symbolic, 0 = unset)",
@@ -91,11 +96,58 @@ def _null_block_lemma(source: str) -> Lemma:
         topic="null block",
         statement="startup check passes => sum_g blocks_g(L) <= N - 1 (the runtime's usable blocks)",
         domain=(f"block source {what}; T = sum_g blocks_g(L) symbolic in [1, 2^30]; memory symbolic "
-                f"up to 2^50 B; override up to 2^40; bytes_per_block enumerated over real pages "
+                f"up to 2^50 B{'; override up to 2^40' if source == 'override' else ''}; "
+                f"bytes_per_block enumerated over real pages "
                 f"{sorted({page_of(b, h, d) for b, h, d in PAGE_CASES})}"),
         cases=lambda: _null_block_cases(source),
         replay=_replay_null_block,
         catches=catches)
+
+
+# --- pipeline parallel: each worker checks its own memory, the pool is the min --------------
+
+#: (block size, head size of worker 0's layer, of worker 1's layer): pages differ per worker
+PP_CASES = ((1, 1, 3), (16, 1, 2), (16, 64, 8), (544, 1, 1))
+
+
+def _pp_cases() -> Iterator[Case]:
+    for block_size, h0, h1 in PP_CASES:
+        bpbs = (page_of(block_size, h0), page_of(block_size, h1))
+
+        def claim(v: Mapping, bpbs=bpbs) -> object:
+            mems = (v["memory0"], v["memory1"])
+            passes = and_(*[arith.startup_check_passes(arith.startup_check_memory(m, bpb),
+                                                       arith.needed_memory(bpb, v["T"]))
+                            for m, bpb in zip(mems, bpbs)])
+            n = min_(*[arith.runtime_num_blocks(m, bpb) for m, bpb in zip(mems, bpbs)])
+            return implies(passes, arith.servable_alone(n, v["T"]))
+
+        yield Case(label=f"B={block_size} bytes_per_block={bpbs}",
+                   params={"block_size": block_size, "heads": (h0, h1), "bytes_per_block": bpbs},
+                   variables=(Var("T", 1, MAX_T), Var("memory0", 1, MAX_BYTES), Var("memory1", 1, MAX_BYTES)),
+                   domain=lambda v: [], claim=claim, shrink=("T", "memory0", "memory1"))
+
+
+def _replay_pp(case: Case, v: Mapping[str, int]) -> ReplayOutcome:
+    b, (h0, h1) = case.params["block_size"], case.params["heads"]
+    cfg = VllmConfig(block_size=b, max_model_len=v["T"] * b)
+    pl = plan_kv_cache(cfg, [{"layers.0": full_layer(b, h0)}, {"layers.1": full_layer(b, h1)}],
+                       available_memory=[v["memory0"], v["memory1"]])
+    violated = pl.starts and pl.blocks_needed_per_request > pl.usable_blocks
+    return ReplayOutcome(violated, f"plan_kv_cache (2 workers): starts={pl.starts}, needs "
+                         f"{pl.blocks_needed_per_request} blocks, pool (min over workers) has "
+                         f"{pl.usable_blocks} usable", plan_summary(pl))
+
+
+NULL_BLOCK_PP = Lemma(
+    name="null_block_pipeline_parallel",
+    topic="null block",
+    statement=("every worker's startup check passes => sum_g blocks_g(L) <= min_w N_w - 1 "
+               "(the pool takes the smallest worker's block count)"),
+    domain=("2 workers, each with its own kv memory symbolic up to 2^50 and its own bytes_per_block "
+            "(one layer each, different head sizes) enumerated; T symbolic in [1, 2^30]"),
+    cases=_pp_cases, replay=_replay_pp,
+    catches=("null_block_not_reserved",))
 
 
 # --- num_blocks x bytes per block <= memory; tensor plan fits -------------------------------
@@ -224,4 +276,4 @@ CONCURRENCY_K = Lemma(
     expected="counterexample", finding=F1)
 
 
-LEMMAS = [_null_block_lemma(s) for s in SOURCES] + [TENSOR_PLAN, CONCURRENCY_ONE, CONCURRENCY_K]
+LEMMAS = [_null_block_lemma(s) for s in SOURCES] + [NULL_BLOCK_PP, TENSOR_PLAN, CONCURRENCY_ONE, CONCURRENCY_K]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -14,12 +15,15 @@ class Recorder:
     first_failure_at: int | None = None
     last_failure: dict[str, Any] | None = None
     last_error: BaseException | None = None
+    started_at: float = 0.0
+    first_failure_seconds: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def reset(self) -> None:
         with self.lock:
             self.examples, self.first_failure_at = 0, None
             self.last_failure, self.last_error = None, None
+            self.started_at, self.first_failure_seconds = time.perf_counter(), None
 
 
 RECORDER = Recorder()
@@ -36,6 +40,7 @@ def recorded(fn: Callable[..., Any]) -> Callable[..., Any]:
         except BaseException as e:  # noqa: BLE001 - recorded, then re-raised unchanged
             if RECORDER.first_failure_at is None:
                 RECORDER.first_failure_at = RECORDER.examples
+                RECORDER.first_failure_seconds = time.perf_counter() - RECORDER.started_at
             RECORDER.last_failure = {k: v for k, v in kwargs.items() if k != "target"}
             RECORDER.last_error = e
             raise

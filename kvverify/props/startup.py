@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from hypothesis import event, given, target as hyp_target
+from hypothesis import event, example, given, target as hyp_target
 from hypothesis import strategies as st
 
 from kvverify.invariants.base import assert_no_violations
 from kvverify.invariants.startup import check_auto_fit, check_startup_vs_runtime
 from kvverify.props.recorder import recorded
+from kvverify.props import examples as ex
 from kvverify.strategies import StartupCase, startup_cases
 
 
@@ -22,6 +23,7 @@ def _events(case: StartupCase, plan) -> None:
 
 
 @given(case=startup_cases(allow_auto=False, allow_mamba=False, kinds=("full", "mla")))
+@example(case=ex.F3_CASE)
 @recorded
 def test_startup_refusal_is_necessary(target, case: StartupCase) -> None:
     """Check refuses => the full-length request really does not complete (not needlessly strict).
@@ -59,3 +61,20 @@ def test_auto_fit_is_servable_and_maximal(target, case: StartupCase, outputs: in
     plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
     _events(case, plan)
     assert_no_violations(check_auto_fit(target, plan, case.kv_cache_specs, case.available_memory, outputs))
+
+
+@given(case=startup_cases(allow_auto=False, lookahead=True, allow_mamba=False,
+                          kinds=("chunked_local", "sliding_window", "full")),
+       outputs=st.one_of(st.just(1), st.integers(1, 48)))
+@example(case=ex.F4_CASE, outputs=1)
+@recorded
+def test_startup_check_passes_implies_servable_with_lookahead(target, case: StartupCase, outputs: int) -> None:
+    """The same with speculative lookahead slots (known finding F4 for SWA / chunked caps).
+
+    Every step reserves ``M + num_lookahead_tokens`` slots, but the caps size in-flight
+    work as ``F = batches * M``: on a pool of exactly the startup size a long prompt
+    preempts itself and re-prefills forever. Fixed under ``caps_count_lookahead``.
+    """
+    plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
+    _events(case, plan)
+    assert_no_violations(check_startup_vs_runtime(target, plan, outputs, check_strictness=False))

@@ -25,3 +25,21 @@ class ReferenceTarget:
 
     def run_workload(self, plan: StartupPlan, workload: Sequence[WorkloadSpec], **kw) -> WorkloadResult:
         return run_workload(plan.vllm_config, plan.kv_cache_config, workload, **kw)
+
+    def kv_cache_manager(self, plan: StartupPlan):
+        """A fresh ``KVCacheManager`` over the plan's pool, block sizes as the engine resolves them."""
+        from kvverify.kv_cache_manager import KVCacheManager
+        return KVCacheManager.from_config(plan.kv_cache_config, plan.vllm_config)
+
+    def admit_on_empty_pool(self, plan: StartupPlan, num_tokens: int) -> tuple[bool, dict]:
+        """Ask ``allocate_slots(full_sequence_must_fit=True)`` to admit a prompt of ``num_tokens``."""
+        from kvverify.request import Request
+        kvm = self.kv_cache_manager(plan)
+        req = Request("probe", list(range(num_tokens)), 1, block_hasher=kvm.request_block_hasher)
+        blocks, hit = kvm.get_computed_blocks(req)
+        chunk = min(num_tokens - hit, plan.vllm_config.max_num_batched_tokens)
+        need = kvm.get_num_blocks_to_allocate_full(req, blocks, hit)
+        free = kvm.get_num_free_blocks()
+        got = kvm.allocate_slots(req, chunk, hit, blocks, full_sequence_must_fit=True,
+                                 has_scheduled_reqs=False)
+        return got is not None, {"gate_charged_blocks": need, "free_blocks": free}

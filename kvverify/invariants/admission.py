@@ -1,0 +1,59 @@
+"""Guarantee 1: admission passes only if completion is possible — and never refuses forever.
+
+* soundness: an admitted workload, run with no new arrivals, finishes: no stall, no
+  endless preempt/re-prefill, no exception from the allocator (catches
+  ``swa_cap_on_allocation`` #40027, ``evictable_hits_not_counted``,
+  ``mamba_align_zero_chunk`` #34445);
+* completeness: a request with ``num_tokens <= L`` that fits the startup bound is admitted
+  on an empty pool — no false rejection, the SWA deadlock class
+  (``swa_admission_uncapped`` #39734).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from kvverify.driver import WorkloadSpec
+from kvverify.errors import KVVerifyError
+from kvverify.invariants.base import Violation
+from kvverify.planner import StartupPlan
+from kvverify.targets.base import Target
+
+
+def check_workload_completes(target: Target, plan: StartupPlan,
+                             workload: Sequence[WorkloadSpec]) -> list[Violation]:
+    """Every request of an admissible workload finishes (the engine never hangs)."""
+    if not plan.starts or not plan.groups:
+        return []
+    result = target.run_workload(plan, workload)
+    if result.completed:
+        return []
+    name = "admission.allocator_raised" if result.error else f"admission.stall.{result.stall_reason}"
+    return [Violation(name, "an admitted workload did not finish" if not result.error else
+                      "the allocator raised on a step the predictor said it could serve",
+                      {"stall": result.stall_reason, "error": result.error, "steps": result.steps,
+                       "stalled": result.stalled_request_ids, "running": result.running,
+                       "waiting": result.waiting, "free_blocks": result.free_blocks,
+                       "preemptions": result.preemptions, "finished": len(result.finished),
+                       "requests": len(workload), "num_blocks": plan.num_blocks,
+                       "blocks_needed": plan.blocks_needed_per_request,
+                       "last_steps": result.trace[-3:]})]
+
+
+def check_admitted_on_empty_pool(target: Target, plan: StartupPlan, num_tokens: int) -> list[Violation]:
+    """A request of ``num_tokens <= L`` tokens passes the full-sequence gate on an empty pool."""
+    if not plan.starts or not plan.groups:
+        return []
+    length = plan.vllm_config.max_model_len
+    num_tokens = max(1, min(num_tokens, length - 1))
+    try:
+        admitted, evidence = target.admit_on_empty_pool(plan, num_tokens)
+    except KVVerifyError as e:
+        return [Violation("admission.raised", f"admission raised: {e}", {"num_tokens": num_tokens})]
+    if not admitted:
+        evidence.update(num_tokens=num_tokens, max_model_len=length, num_blocks=plan.num_blocks,
+                        usable_blocks=plan.usable_blocks, startup_bound=plan.blocks_needed_per_request)
+        return [Violation("admission.false_rejection",
+                          "a request within the startup bound is refused on an empty pool "
+                          "(it would wait at the head of the queue forever)", evidence)]
+    return []

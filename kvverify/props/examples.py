@@ -1,0 +1,35 @@
+"""Explicit examples every deterministic run replays: the findings' minimal cases.
+
+Each is the shrunk counterexample a property found on the faithful reference; keeping
+it explicit makes the strict known failures independent of what random search reaches.
+"""
+
+from __future__ import annotations
+
+from kvverify.config import VllmConfig
+from kvverify.specs import ChunkedLocalAttentionSpec, FullAttentionSpec
+from kvverify.strategies import StartupCase
+
+_FULL = FullAttentionSpec(block_size=1, num_kv_heads=1, head_size=8)
+
+#: F3: B=1, L=2, N=2. The check needs cdiv(2, 1) = 2 blocks > 1 usable, yet a generate
+#: request (1 prompt token + 1 output) writes KV for 1 token and completes.
+F3_CASE = StartupCase(VllmConfig(block_size=1, max_model_len=2, num_gpu_blocks_override=2,
+                                 kv_cache_memory_bytes=1),
+                      ({"model.layers.0": _FULL},), "override", None, 2, 2)
+
+#: F1: B=16, L=32, N=2 = blocks per request: reported concurrency 2 / 2 = 1.00x, but only
+#: 1 block is usable, so not even one request can be served.
+F1_CASE = StartupCase(VllmConfig(block_size=16, max_model_len=32, num_gpu_blocks_override=2,
+                                 kv_cache_memory_bytes=1),
+                      ({"model.layers.0": FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8)},),
+                      "override", None, 2, 2)
+
+#: F4: chunked local C=16, B=32, M=8, one lookahead slot, L=512, N=2 (the startup size):
+#: every prefill step needs a second block, so the request preempts itself forever.
+F4_CASE = StartupCase(VllmConfig(block_size=32, max_model_len=512, max_num_batched_tokens=8,
+                                 num_lookahead_tokens=1, num_gpu_blocks_override=2,
+                                 kv_cache_memory_bytes=1, enable_prefix_caching=False),
+                      ({"model.layers.0": ChunkedLocalAttentionSpec(block_size=32, num_kv_heads=1, head_size=8,
+                                                                     attention_chunk_size=16)},),
+                      "override", None, 2, 1)

@@ -1,0 +1,115 @@
+"""A stateful model of pool + managers: allocate, append, free, prefix hits, evictions.
+
+Hypothesis drives ``KVCacheManager`` directly with random interleavings (swarm testing
+of rules is built in); after every step the pool invariants and predictor == allocator
+must hold, and ``allocate_slots`` must never raise on a step it admitted.
+"""
+
+from __future__ import annotations
+
+from hypothesis import note, target as hyp_target
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, invariant, multiple, rule
+
+from kvverify.errors import KVVerifyError
+from kvverify.invariants.allocation import AllocationRecorder, check_allocations
+from kvverify.invariants.base import assert_no_violations
+from kvverify.invariants.pool import check_pool
+from kvverify.kv_cache_manager import KVCacheManager
+from kvverify.planner import plan_kv_cache
+from kvverify.request import Request
+from kvverify.strategies import startup_cases
+
+SHARED_PREFIX = tuple(range(10_000, 10_512))
+
+
+class PoolMachine(RuleBasedStateMachine):
+    requests = Bundle("requests")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kvm: KVCacheManager | None = None
+        self.recorder: AllocationRecorder | None = None
+        self.counter = 0
+        self.max_len = 2
+        self.max_usage = 0.0
+
+    @initialize(case=startup_cases(allow_auto=False, max_len=256, sources=("override",), workers=False))
+    def setup(self, case) -> None:
+        plan = plan_kv_cache(case.vllm_config, case.kv_cache_specs, case.available_memory)
+        self.plan = plan
+        if not plan.groups or plan.num_blocks < 2 or plan.vllm_config.max_model_len < 2:
+            return
+        self.kvm = KVCacheManager.from_config(plan.kv_cache_config, plan.vllm_config)
+        self.recorder = AllocationRecorder(self.kvm)
+        self.max_len = plan.vllm_config.max_model_len
+        note(f"num_blocks={plan.num_blocks} groups={[g.kv_cache_spec.kind for g in plan.groups]}")
+
+    def _allocate(self, req: Request, num_new: int, hit: int = 0, blocks=None, gate: bool = False):
+        assert self.kvm is not None
+        try:
+            return self.kvm.allocate_slots(req, num_new, hit, blocks, full_sequence_must_fit=gate)
+        except KVVerifyError as e:
+            raise AssertionError(f"allocate_slots raised on a step it admitted: {e}") from e
+
+    @rule(target=requests, prompt_len=st.integers(1, 256), shared=st.integers(0, 512))
+    def add_request(self, prompt_len: int, shared: int):
+        if self.kvm is None:
+            return multiple()
+        prompt_len = min(prompt_len, self.max_len - 1)
+        common = min(shared, prompt_len)
+        self.counter += 1
+        prompt = list(SHARED_PREFIX[:common]) + [20_000 * self.counter + i for i in range(prompt_len - common)]
+        req = Request(f"r{self.counter}", prompt, 1, block_hasher=self.kvm.request_block_hasher)
+        blocks, hit = self.kvm.get_computed_blocks(req)
+        chunk = prompt_len - hit
+        if chunk <= 0:
+            return multiple()
+        got = self._allocate(req, chunk, hit, blocks, gate=True)
+        if got is None:
+            return multiple()
+        req.num_computed_tokens = hit + chunk
+        return req
+
+    @rule(req=requests, n=st.integers(1, 16))
+    def append_tokens(self, req: Request, n: int):
+        assert self.kvm is not None
+        room = self.max_len - 1 - req.num_tokens
+        n = min(n, room)
+        if n <= 0:
+            return
+        for i in range(n):
+            req.append_output_token_ids(30_000 + i)
+        got = self._allocate(req, req.num_tokens - req.num_computed_tokens)
+        if got is not None:
+            req.num_computed_tokens = req.num_tokens
+        else:
+            self.kvm.free(req)  # preempted: what the scheduler would do
+            req.num_computed_tokens = 0
+
+    @rule(req=consumes(requests))
+    def free(self, req: Request):
+        assert self.kvm is not None
+        self.kvm.free(req)
+
+    @rule()
+    def reset_prefix_cache(self):
+        if self.kvm is not None:
+            self.kvm.reset_prefix_cache()
+
+    @invariant()
+    def pool_invariants(self):
+        if self.kvm is None:
+            return
+        self.max_usage = max(self.max_usage, self.kvm.usage)
+        violations = check_pool(self.kvm)
+        assert self.recorder is not None
+        violations += check_allocations(self.recorder.records)
+        assert_no_violations(violations)
+
+
+    def teardown(self) -> None:
+        hyp_target(self.max_usage, label="max pool usage")  # steer toward exhaustion
+
+
+TestPoolMachine = PoolMachine.TestCase

@@ -1,0 +1,56 @@
+"""Runtime properties: predictor == allocator, caps hold, and the pool state machine."""
+
+from __future__ import annotations
+
+from hypothesis import assume, event, given, note
+from hypothesis import strategies as st
+
+from kvverify.invariants.allocation import AllocationRecorder, check_allocations
+from kvverify.invariants.base import assert_no_violations
+from kvverify.invariants.caps import check_held_within_caps
+from kvverify.invariants.pool import check_pool
+from kvverify.props.recorder import recorded
+from kvverify.scheduler import Scheduler
+from kvverify.strategies import StartupCase, startup_cases, workloads
+
+
+def _scheduler(plan) -> Scheduler:
+    return Scheduler(plan.vllm_config, plan.kv_cache_config)
+
+
+@given(case=startup_cases(allow_auto=False, max_len=256), data=st.data())
+@recorded
+def test_predictor_equals_allocator(target, case: StartupCase, data) -> None:
+    """Every admitted step pulls exactly the blocks it predicted; no admitted step raises."""
+    plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
+    assume(plan.starts and plan.vllm_config.max_model_len >= 2)
+    workload = data.draw(workloads(plan.vllm_config.max_model_len), label="workload")
+    sched = _scheduler(plan)
+    recorder = AllocationRecorder(sched.kv_cache_manager)
+    result = target.run_workload(plan, workload, scheduler=sched)
+    event(f"allocations>={min(len(recorder.records), 50) // 10 * 10}")
+    violations = check_allocations(recorder.records)
+    if result.error:
+        from kvverify.invariants.base import Violation
+        violations.append(Violation("allocation.raised", "an admitted step raised from the pool",
+                                    {"error": result.error, "steps": result.steps}))
+    assert_no_violations(violations)
+
+
+@given(case=startup_cases(allow_auto=False, kinds=("sliding_window", "chunked_local", "full"),
+                          allow_mamba=False, max_len=512), data=st.data())
+@recorded
+def test_held_blocks_within_admission_caps(target, case: StartupCase, data) -> None:
+    """After every step, an SWA / chunked request holds at most its admission cap."""
+    plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
+    assume(plan.starts and plan.vllm_config.max_model_len >= 2)
+    workload = data.draw(workloads(plan.vllm_config.max_model_len, max_outputs=32), label="workload")
+    found = []
+
+    def on_step(sched, step):
+        if not found:
+            found.extend(check_held_within_caps(sched.kv_cache_manager, plan.vllm_config, step))
+            found.extend(check_pool(sched.kv_cache_manager))
+
+    target.run_workload(plan, workload, on_step=on_step)
+    assert_no_violations(found)

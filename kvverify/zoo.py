@@ -1,0 +1,148 @@
+"""Run the bug zoo: switch each flaw on, run the property that must catch it, from cold.
+
+``run_zoo()`` returns one :class:`ZooResult` per flaw: caught or escaped, the property,
+examples and seconds to the first failure, and the shrunk counterexample. Each run is
+deterministic (derandomized, no example database), so the numbers are reproducible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Iterator
+
+from hypothesis import HealthCheck, Phase, settings
+
+from kvverify import flaws
+from kvverify.props.admission import test_admitted_workload_completes, test_request_within_startup_bound_is_admitted
+from kvverify.props.block_sizes import test_resolved_block_sizes_accepted_by_coordinator
+from kvverify.props.recorder import RECORDER
+from kvverify.props.runtime import test_predictor_equals_allocator
+from kvverify.props.startup import test_auto_fit_is_servable_and_maximal, test_startup_check_passes_implies_servable
+from kvverify.props.validation import test_bad_input_is_a_clear_error
+
+#: flaw -> the property that must catch it (bug-zoo.md's last column)
+CATCHERS: dict[str, Callable] = {
+    "override_ignored_in_check": test_startup_check_passes_implies_servable,
+    "null_block_not_reserved": test_startup_check_passes_implies_servable,
+    "autofit_ignores_null_block": test_auto_fit_is_servable_and_maximal,
+    "autofit_first_group_only": test_auto_fit_is_servable_and_maximal,
+    "swa_admission_uncapped": test_request_within_startup_bound_is_admitted,
+    "swa_cap_on_allocation": test_predictor_equals_allocator,
+    "mamba_hash_fallback_by_block_size": test_resolved_block_sizes_accepted_by_coordinator,
+    "mamba_align_zero_chunk": test_admitted_workload_completes,
+    "no_positive_validation": test_bad_input_is_a_clear_error,
+    "evictable_hits_not_counted": test_predictor_equals_allocator,
+}
+
+
+@dataclass(frozen=True)
+class ZooResult:
+    flaw: str
+    upstream: str
+    caught: bool
+    property: str
+    examples: int
+    seconds: float
+    total_seconds: float
+    counterexample: str
+    violation: str
+    error: str | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def run_flaw(flaw: str, *, max_examples: int = 1000, seed: int | None = None, target=None,
+             shrink: bool = True) -> ZooResult:
+    """Run the flaw's catching property with the flaw on, from a cold start."""
+    from kvverify.targets import get_target
+
+    flaws.check_name(flaw)
+    prop = CATCHERS[flaw]
+    target = target or get_target("reference")
+    phases = [Phase.explicit, Phase.generate, Phase.target] + ([Phase.shrink] if shrink else [])
+    kw = dict(max_examples=max_examples, deadline=None, database=None, phases=phases,
+              suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False)
+    if seed is None:
+        kw["derandomize"] = True
+    RECORDER.reset()
+    start = time.perf_counter()
+    caught, error, violation = False, None, ""
+    with flaws.enabled(flaw), overridden_settings(prop, settings(**kw), seed):
+        try:
+            prop(target=target)
+        except AssertionError as e:
+            caught, violation = True, str(e).splitlines()[0][:300]
+        except Exception as e:  # noqa: BLE001 - an escaped crash still counts as caught, but is reported
+            caught, error = True, f"{type(e).__name__}: {e}"[:300]
+            violation = error
+    total = time.perf_counter() - start
+    example = RECORDER.last_failure if caught else None
+    return ZooResult(
+        flaw=flaw, upstream=flaws.CATALOG[flaw].upstream, caught=caught, property=prop.__name__,
+        examples=RECORDER.first_failure_at or RECORDER.examples,
+        seconds=round(RECORDER.first_failure_seconds if RECORDER.first_failure_seconds is not None else total, 3),
+        total_seconds=round(total, 3), counterexample=describe_example(example) if example else "",
+        violation=violation, error=error)
+
+
+@contextlib.contextmanager
+def overridden_settings(prop: Callable, new: settings, seed: int | None = None) -> Iterator[None]:
+    """Run a ``@given`` property under other settings (and seed) for the extent of a block."""
+    saved = {a: getattr(prop, a) for a in _SETTINGS_ATTRS if hasattr(prop, a)}
+    prop._hypothesis_internal_use_settings = new
+    if seed is not None:
+        prop._hypothesis_internal_use_seed = seed
+    try:
+        yield
+    finally:
+        for a in _SETTINGS_ATTRS:
+            if a in saved:
+                setattr(prop, a, saved[a])
+            elif hasattr(prop, a):
+                delattr(prop, a)
+
+
+_SETTINGS_ATTRS = ("_hypothesis_internal_use_settings", "_hypothesis_internal_use_seed")
+
+
+def run_zoo(names: list[str] | None = None, **kw) -> list[ZooResult]:
+    """Every catalogued flaw (or ``names``), each from a cold start."""
+    return [run_flaw(n, **kw) for n in (names or list(flaws.CATALOG))]
+
+
+def describe_example(example: dict) -> str:
+    """A one-line summary of a shrunk example: the fields that matter at the boundary."""
+    parts = []
+    for key, value in example.items():
+        case = value
+        if hasattr(case, "vllm_config"):
+            c = case.vllm_config
+            parts.append(f"B={c.block_size} L={c.max_model_len} M={c.max_num_batched_tokens}")
+            if getattr(case, "source", None):
+                parts.append(f"source={case.source} N={case.target_blocks} need={case.needed_blocks}")
+            if hasattr(case, "kv_cache_specs"):
+                kinds = [s.kind for w in case.kv_cache_specs[:1] for s in w.values()]
+                parts.append(f"layers={kinds}")
+            if hasattr(case, "kv_cache_config"):
+                parts.append(f"groups={[g.kv_cache_spec.block_size for g in case.kv_cache_config.kv_cache_groups]}")
+        elif key == "data":
+            continue
+        else:
+            parts.append(f"{key}={value!r}"[:80])
+    return "; ".join(parts)
+
+
+def zoo_table(results: list[ZooResult]):
+    """A rich table: flaw, upstream issue, property, examples, seconds, counterexample."""
+    from rich.table import Table
+
+    table = Table(title="kvverify bug zoo", show_lines=False)
+    for col in ("flaw", "upstream", "caught", "property", "examples", "seconds", "shrunk counterexample"):
+        table.add_column(col, overflow="fold")
+    for r in results:
+        table.add_row(r.flaw, r.upstream, "yes" if r.caught else "[red]ESCAPED[/red]", r.property,
+                      str(r.examples), f"{r.seconds:.2f}", r.counterexample)
+    return table

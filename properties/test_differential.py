@@ -1,0 +1,179 @@
+"""Differential: the reference and the pinned upstream vLLM decide the same, on the same configs.
+
+On every generated deployment (``startup_cases()``) both targets plan; they must agree on
+the check verdict, ``num_blocks`` (every worker), bytes per block, the groups (count,
+layer names, block sizes, spec kinds, page sizes, the specs themselves), the tensors
+(size, layers, strides, offsets), the auto-fit length, blocks per group, the memory
+the check saw, the reported max concurrency, the block-size pair, and — on an empty
+pool — whether a request is admitted and how many blocks the full-sequence gate
+charges it. On every group mix (``block_size_cases()``) they must agree on the
+block-size pair (or both refuse) and on whether the KV cache coordinator accepts it.
+
+The first divergence fails the example as a :class:`~kvverify.invariants.base.Violation`
+carrying both sides' numbers; Hypothesis shrinks it to a minimal counterexample.
+Skipped, with the reason, when the pinned vLLM is not importable (see
+``scripts/install-vllm-target.sh``). Independent of ``--target``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+from hypothesis import event, given, note
+from hypothesis import strategies as st
+
+from kvverify.block_sizes import validate_coordinator_block_sizes
+from kvverify.errors import KVVerifyError
+from kvverify.invariants.base import Violation, assert_no_violations
+from kvverify.planner import StartupPlan, get_max_concurrency_for_kv_cache_config
+from kvverify.props.recorder import recorded
+from kvverify.strategies import BlockSizeCase, StartupCase, block_size_cases, startup_cases
+from kvverify.targets.reference import ReferenceTarget
+
+
+@pytest.fixture(scope="module")
+def vllm_target():
+    from kvverify.targets.vllm import vllm_available
+
+    ok, why = vllm_available()
+    if not ok:
+        pytest.skip(f"differential vs vLLM skipped: {why}")
+    from kvverify.targets.vllm import VllmTarget
+    return VllmTarget()
+
+
+REFERENCE = ReferenceTarget()
+
+
+# ------------------------------------------------------------------------ comparison
+
+def _outcome(fn: Callable[[], Any]) -> tuple[str, Any]:
+    """``("ok", value)`` or ``("raises", exception class name)`` (kvverify errors by kind)."""
+    try:
+        return "ok", fn()
+    except KVVerifyError as e:
+        return "raises", type(e).__name__ if type(e).__name__ != "KVVerifyError" else "KVVerifyError"
+
+
+def _groups_view(plan: StartupPlan) -> list[tuple]:
+    return [(g.layer_names, g.kv_cache_spec.kind, g.kv_cache_spec.block_size, g.kv_cache_spec.page_size_bytes)
+            for g in plan.groups]
+
+
+def _tensors_view(plan: StartupPlan) -> list[list[tuple]]:
+    return [[(t.size, t.layers, t.layer_stride, t.block_stride, t.offset) for t in c.kv_cache_tensors]
+            for c in plan.kv_cache_configs]
+
+
+#: (field, how to read it from a plan), compared in this order; the first difference wins
+PLAN_FIELDS: list[tuple[str, Callable[[StartupPlan], Any]]] = [
+    ("groups.count", lambda p: len(p.groups)),
+    ("groups.layer_names", lambda p: [g.layer_names for g in p.groups]),
+    ("groups.spec_kinds", lambda p: [g.kv_cache_spec.kind for g in p.groups]),
+    ("groups.block_sizes", lambda p: [g.kv_cache_spec.block_size for g in p.groups]),
+    ("groups.page_sizes", lambda p: [g.kv_cache_spec.page_size_bytes for g in p.groups]),
+    ("groups.specs", lambda p: [g.kv_cache_spec for g in p.groups]),
+    ("bytes_per_block", lambda p: p.bytes_per_block),
+    ("num_blocks", lambda p: [c.num_blocks for c in p.kv_cache_configs]),
+    ("available_memory", lambda p: p.available_memory),
+    ("check_memory", lambda p: p.check_memory),
+    ("auto_fit_max_model_len", lambda p: p.auto_fit_max_model_len),
+    ("max_model_len", lambda p: p.vllm_config.max_model_len),
+    ("blocks_per_group", lambda p: p.blocks_per_group),
+    ("starts", lambda p: p.starts),
+    ("tensors", _tensors_view),
+    ("worker_groups", lambda p: [[g.layer_names for g in w] for w in p.worker_groups]),
+]
+
+
+def diff_plans(ref: StartupPlan, up: StartupPlan) -> list[Violation]:
+    """The first field on which the two plans differ, as a violation (or none)."""
+    for name, read in PLAN_FIELDS:
+        a, b = read(ref), read(up)
+        if a != b:
+            return [Violation(f"differential.{name}", f"reference and vLLM disagree on {name}",
+                              {"reference": a, "vllm": b, "num_blocks": (ref.num_blocks, up.num_blocks),
+                               "starts": (ref.starts, up.starts), "groups": _groups_view(ref),
+                               "vllm_error": (up.error or "")[:160], "reference_error": (ref.error or "")[:160]})]
+    return []
+
+
+def diff_values(name: str, a: Any, b: Any, **context: Any) -> list[Violation]:
+    if a == b:
+        return []
+    return [Violation(f"differential.{name}", f"reference and vLLM disagree on {name}",
+                      {"reference": a, "vllm": b, **context})]
+
+
+# -------------------------------------------------------------------------- properties
+
+@given(case=startup_cases(), data=st.data())
+@recorded
+def test_reference_and_vllm_agree_on_startup(vllm_target, case: StartupCase, data) -> None:
+    """Same config -> same plan, check verdict, auto-fit, block sizes and empty-pool admission."""
+    event(f"source={case.source}")
+    ref_out = _outcome(lambda: REFERENCE.plan(case.vllm_config, case.kv_cache_specs, case.available_memory))
+    up_out = _outcome(lambda: vllm_target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory))
+    if ref_out[0] != "ok" or up_out[0] != "ok":
+        event("a planner refused the specs")
+        assert_no_violations(diff_values("plan.raises", ref_out[1] if ref_out[0] == "raises" else "plans",
+                                         up_out[1] if up_out[0] == "raises" else "plans"))
+        return
+    ref, up = ref_out[1], up_out[1]
+    event(f"starts={ref.starts}; groups={min(len(ref.groups), 4)}")
+    note(f"reference: num_blocks={ref.num_blocks} starts={ref.starts} per-group={ref.blocks_per_group}")
+    note(f"vllm:      num_blocks={up.num_blocks} starts={up.starts} per-group={up.blocks_per_group}")
+    violations = diff_plans(ref, up)
+    if violations or not ref.groups:
+        assert_no_violations(violations)
+        return
+
+    # reported max concurrency (what the engine logs at startup)
+    violations += diff_values("max_concurrency",
+                              round(get_max_concurrency_for_kv_cache_config(ref.vllm_config, ref.kv_cache_config), 9),
+                              round(vllm_target.max_concurrency(up), 9), num_blocks=ref.num_blocks)
+
+    # block-size pair, on the same input (or both refuse)
+    violations += diff_values(
+        "block_sizes",
+        _outcome(lambda: REFERENCE.resolve_block_sizes(ref.kv_cache_config, ref.vllm_config)),
+        _outcome(lambda: vllm_target.resolve_block_sizes(ref.kv_cache_config, ref.vllm_config)),
+        group_block_sizes=[g.kv_cache_spec.block_size for g in ref.groups])
+
+    # blocks to allocate for one request on an empty pool (each target on its own plan)
+    length = ref.vllm_config.max_model_len
+    if not violations and ref.num_blocks >= 1 and length >= 2:
+        num_tokens = data.draw(st.one_of(st.just(length - 1), st.integers(1, length - 1)), label="num_tokens")
+        a = _outcome(lambda: REFERENCE.admit_on_empty_pool(ref, num_tokens))
+        b = _outcome(lambda: vllm_target.admit_on_empty_pool(up, num_tokens))
+        event(f"admitted={a[1][0] if a[0] == 'ok' else a[1]}")
+        violations += diff_values("admit_on_empty_pool", a, b, num_tokens=num_tokens,
+                                  num_blocks=ref.num_blocks, starts=ref.starts)
+    assert_no_violations(violations[:1])
+
+
+@given(case=block_size_cases())
+@recorded
+def test_reference_and_vllm_agree_on_block_sizes(vllm_target, case: BlockSizeCase) -> None:
+    """Same groups -> same (scheduler, hash) block sizes or both refuse; same coordinator verdict."""
+    cfg, vc = case.kv_cache_config, case.vllm_config
+    sizes = [g.kv_cache_spec.block_size for g in cfg.kv_cache_groups]
+    event(f"groups={len(sizes)}; prefix_match_unit {'set' if vc.prefix_match_unit else 'unset'}")
+    a = _outcome(lambda: REFERENCE.resolve_block_sizes(cfg, vc))
+    b = _outcome(lambda: vllm_target.resolve_block_sizes(cfg, vc))
+    violations = diff_values("block_sizes", a, b, group_block_sizes=sizes,
+                             prefix_match_unit=vc.prefix_match_unit, caching=vc.enable_prefix_caching)
+    if not violations and a[0] == "ok":
+        scheduler, hash_size = a[1]
+        try:
+            validate_coordinator_block_sizes(cfg, scheduler, hash_size, vc.enable_prefix_caching)
+            ref_accepts = True
+        except KVVerifyError:
+            ref_accepts = False
+        up_error = vllm_target.coordinator_accepts(cfg, vc, scheduler, hash_size)
+        event(f"coordinator accepts={ref_accepts}")
+        violations += diff_values("coordinator_accepts", ref_accepts, up_error is None, group_block_sizes=sizes,
+                                  scheduler_block_size=scheduler, hash_block_size=hash_size,
+                                  vllm_error=(up_error or "")[:200])
+    assert_no_violations(violations)
