@@ -24,6 +24,19 @@ def full_attention_blocks(num_tokens: Num, block_size: Num) -> Num:
     return cdiv(num_tokens, block_size)
 
 
+def max_in_flight_tokens(max_concurrent_batches: Num, max_num_batched_tokens: Num,
+                         num_lookahead_tokens: Num = 0) -> Num:
+    """``VllmConfig.max_in_flight_tokens``: ``batches * M``, the ``F`` of the caps.
+
+    Under the proposed fix ``caps_count_lookahead`` (finding F4) the lookahead slots every
+    step reserves are counted too.
+    """
+    tokens = max_concurrent_batches * max_num_batched_tokens
+    if fixes.is_on("caps_count_lookahead"):
+        tokens = tokens + num_lookahead_tokens
+    return tokens
+
+
 def sliding_window_admission_blocks(sliding_window: Num, extra_retained_tokens: Num,
                                     max_in_flight_tokens: Num, max_model_len: Num,
                                     block_size: Num) -> Num:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvverify import flaws
+from kvverify import arith, flaws
 from kvverify.config import VllmConfig
 from kvverify.errors import KVVerifyError
 from kvverify.ops import gcd, lcm
@@ -62,7 +62,7 @@ def resolve_kv_cache_block_sizes(kv_cache_config: KVCacheConfig,
     hashing_sizes = [b for g, b in zip(groups, sizes) if g.kv_cache_spec.prefix_cacheable] or sizes
     unit = vllm_config.prefix_match_unit
     hash_size = unit if unit is not None else gcd(*hashing_sizes)
-    if any(b % hash_size != 0 for b in hashing_sizes):
+    if not arith.prefix_match_unit_valid(hash_size, hashing_sizes):
         raise BlockSizeError(
             f"Invalid prefix_match_unit={hash_size}; prefix-cacheable KV cache group block "
             f"sizes must be divisible by prefix_match_unit. Got group block sizes={sizes}, "

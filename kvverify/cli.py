@@ -24,6 +24,7 @@ import math
 import re
 import sys
 import time
+import zlib
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -125,9 +126,20 @@ def _fraction_arg(text: str) -> float:
     return value
 
 
+def _esc(text: Any) -> str:
+    from rich.markup import escape
+    return escape(str(text))
+
+
 def _console(stderr: bool = False):
+    """A rich console; 120 columns when the output is not a terminal (CI logs, pipes)."""
+    import os
+
     from rich.console import Console
-    return Console(stderr=stderr, highlight=False)
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console = Console(stderr=stderr, highlight=False, width=120)
+    return console
 
 
 def _flaw_names() -> list[str]:
@@ -390,7 +402,7 @@ def _print_check(r: dict[str, Any], console: Any) -> None:
               (f"  = {per_group}" if len(r["groups"]) > 1 else f"  ({r['groups'][0]['kind']})"
                if r["groups"] else ""))
     t.add_row("startup check", "[green]passes[/green]" if r["starts"] else
-              f"[red]refuses[/red]: {_first_sentence(r['error'])}")
+              f"[red]refuses[/red]: {_esc(_first_sentence(r['error']))}")
     for run in r["servable_runs"]:
         status = "[green]completes[/green]" if run["completed"] else \
             f"[red]never completes[/red] ({run['stall'] or run['error']})"
@@ -405,9 +417,10 @@ def _print_check(r: dict[str, Any], console: Any) -> None:
         t.add_row("largest length that fits", f"{r['suggested_max_model_len']:,}")
     console.print(t)
     for note in r["notes"]:
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(f"[dim]note: {_esc(note)}[/dim]")
     ok = r["starts"] and r["servable"]
-    console.print(("[bold green]" if ok else "[bold red]") + r["verdict"] + ("[/bold green]" if ok else "[/bold red]"))
+    console.print(("[bold green]" if ok else "[bold red]") + _esc(r["verdict"])
+                  + ("[/bold green]" if ok else "[/bold red]"))
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -586,7 +599,13 @@ def run_fuzz(seconds: float = 60.0, *, profile: str = "dev", flaw_names: Sequenc
     rounds = 0
     progress = None
     if live:
-        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
         progress = Progress(SpinnerColumn(), TextColumn("[bold]fuzz[/bold] {task.description}"), BarColumn(),
                             TextColumn("{task.fields[examples]:,} examples · {task.fields[failures]} failing"),
                             TimeElapsedColumn(), console=console, transient=True)
@@ -624,7 +643,7 @@ def run_fuzz(seconds: float = 60.0, *, profile: str = "dev", flaw_names: Sequenc
 def _fuzz_batch(prop: FuzzProperty, base: Any, remaining: float, pending: int, batch: int, seed: int | None,
                 rnd: int, tgt: Any, report_xfail: bool, reports_dir: Any, written: list[str],
                 console: Any) -> None:
-    from hypothesis import HealthCheck, given
+    from hypothesis import HealthCheck, Phase, given
     from hypothesis import seed as seed_decorator
     from hypothesis import settings as Settings
     from hypothesis.errors import Unsatisfiable
@@ -637,9 +656,11 @@ def _fuzz_batch(prop: FuzzProperty, base: Any, remaining: float, pending: int, b
         n = base.max_examples
     else:
         n = max(1, min(batch, int(slice_s / max(per_example, 1e-4))))
+    # no explain phase: its coverage tracing costs seconds per failure, the report has the rest
     s = Settings(base, max_examples=n, deadline=None, print_blob=True,
-                 suppress_health_check=list(HealthCheck))
-    batch_seed = None if seed is None else (seed * 1_000_003 + rnd * 7919 + hash(prop.name) % 7907) % 2**32
+                 suppress_health_check=list(HealthCheck),
+                 phases=[ph for ph in base.phases if ph is not Phase.explain])
+    batch_seed = None if seed is None else (seed * 1_000_003 + rnd * 7919 + zlib.crc32(prop.name.encode())) % 2**32
     t0 = time.perf_counter()
     prop.batches += 1
     if prop.kind == "stateful":
@@ -664,7 +685,7 @@ def _fuzz_batch(prop: FuzzProperty, base: Any, remaining: float, pending: int, b
             captures = sink.captures_for(exc)
             if not captures:
                 prop.status, prop.detail = "error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-                console.print(f"[red]fuzz: {prop.name}: {prop.detail}[/red]")
+                console.print(f"[red]fuzz: {prop.name}: {_esc(prop.detail)}[/red]")
             for cap in captures:
                 expected = _expected_failure(prop, cap.exc)
                 prop.status = "known finding" if expected else "FAILED"
@@ -672,13 +693,17 @@ def _fuzz_batch(prop: FuzzProperty, base: Any, remaining: float, pending: int, b
                 prop.detail = f"[{v['name']}] {v['reason']}"
                 if expected and not report_xfail:
                     continue
-                path = reports.report_failure(cap, found_by="fuzz", directory=reports_dir, name=prop.name,
-                                              file=prop.file,
-                                              known_finding=prop.xfail.kwargs.get("reason") if expected else None)
-                shown = reports._display_path(path)
+                try:
+                    path = reports.report_failure(
+                        cap, found_by="fuzz", directory=reports_dir, name=prop.name, file=prop.file,
+                        known_finding=prop.xfail.kwargs.get("reason") if expected else None)
+                except Exception as e:  # noqa: BLE001 - a report must never stop the run
+                    console.print(f"[red]fuzz: {prop.name}: could not write the report: {_esc(e)}[/red]")
+                    continue
+                shown = reports.display_path(path)
                 prop.reports.append(shown)
                 written.append(shown)
-                console.print(f"[red]fuzz: {prop.name} failed[/red]: {prop.detail}\n  report: {shown}")
+                console.print(f"[red]fuzz: {prop.name} failed[/red]: {_esc(prop.detail)}\n  report: {shown}")
         finally:
             prop.examples += sink.examples
             prop.seconds += time.perf_counter() - t0
@@ -715,13 +740,18 @@ def _fuzz_machine(prop: FuzzProperty, s: Any, batch_seed: int | None, report_xfa
         v = reports.violations_from_exception(exc)[0]
         prop.detail = f"[{v['name']}] {v['reason']}"
         if not expected or report_xfail:
-            for path in reports.report_stateful(machine, exc, directory=reports_dir, found_by="fuzz",
+            try:
+                paths = reports.report_stateful(machine, exc, directory=reports_dir, found_by="fuzz",
                                                 flaw_names=sorted(flaws.active()),
-                                                fix_names=sorted(active_fixes())):
-                shown = reports._display_path(path)
+                                                fix_names=sorted(active_fixes()))
+            except Exception as e:  # noqa: BLE001 - a report must never stop the run
+                paths = []
+                console.print(f"[red]fuzz: {prop.name}: could not write the report: {_esc(e)}[/red]")
+            for path in paths:
+                shown = reports.display_path(path)
                 prop.reports.append(shown)
                 written.append(shown)
-                console.print(f"[red]fuzz: {prop.name} failed[/red]: {prop.detail}\n  report: {shown}")
+                console.print(f"[red]fuzz: {prop.name} failed[/red]: {_esc(prop.detail)}\n  report: {shown}")
     finally:
         prop.examples += counter["runs"]
 
@@ -735,16 +765,17 @@ def _print_fuzz(summary: FuzzSummary, console: Any) -> None:
     if summary.flaws:
         title += f" [red](flaw {', '.join(summary.flaws)} on)[/red]"
     t = Table(title=title, title_justify="left")
-    for col, kw in (("property", {}), ("examples", {"justify": "right"}), ("time", {"justify": "right"}),
-                    ("result", {}), ("report", {"overflow": "fold"})):
+    for col, kw in (("property", {"overflow": "fold", "ratio": 3}), ("examples", {"justify": "right"}),
+                    ("time", {"justify": "right", "no_wrap": True}), ("result", {"ratio": 2}),
+                    ("report", {"overflow": "fold", "ratio": 2})):
         t.add_column(col, **kw)
     colours = {"ok": "green", "FAILED": "bold red", "error": "bold red", "known finding": "yellow"}
     for p in summary.properties:
         result = f"[{colours[p.status]}]{p.status}[/{colours[p.status]}]"
-        if p.detail and p.status != "ok":
-            result += f"\n[dim]{p.detail[:160]}[/dim]"
         if p.status == "known finding" and p.xfail is not None:
-            result += f"\n[dim]{str(p.xfail.kwargs.get('reason', ''))[:100]}[/dim]"
+            result += f"\n[dim]{_esc(str(p.xfail.kwargs.get('reason', '')).split(':')[0])}[/dim]"
+        elif p.detail and p.status != "ok":
+            result += f"\n[dim]{_esc(p.detail[:160])}[/dim]"
         t.add_row(p.name + (" (stateful)" if p.kind == "stateful" else ""), f"{p.examples:,}",
                   f"{p.seconds:.1f} s", result, "\n".join(p.reports))
     console.print(t)
@@ -786,7 +817,7 @@ def cmd_prove(args: argparse.Namespace) -> int:
         for r in results:
             if r.result == "counterexample" and (not r.ok or args.report_findings):
                 path = reports.report_lemma(r, directory=args.reports_dir)
-                err.print(f"report: {reports._display_path(path)}")
+                err.print(f"report: {reports.display_path(path)}")
     if not args.json:
         err.print(f"[dim]{len(results)} lemmas in {time.perf_counter() - t0:.2f} s[/dim]")
     return exit_code(results) if code is None else code
@@ -847,12 +878,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     else:
         console = _console()
         v = report.get("violation") or {}
-        console.print(f"replaying [bold]{report.get('property')}[/bold] ({report.get('kind')}) — recorded "
-                      f"[bold]{v.get('name')}[/bold]: {v.get('reason')}")
+        console.print(f"replaying [bold]{_esc(report.get('property'))}[/bold] ({report.get('kind')}) — recorded "
+                      f"[bold]{_esc(v.get('name'))}[/bold]: {_esc(v.get('reason'))}")
         console.print(f"flaws on: {', '.join(used or []) or 'none'}; fixes on: "
                       f"{', '.join(report.get('fixes') or []) or 'none'}")
         if outcome.reproduced:
-            console.print(f"[bold red]{outcome.status}[/bold red]: {outcome.detail}")
+            console.print(f"[bold red]{outcome.status}[/bold red]: {_esc(outcome.detail)}")
             trace = outcome.trace or {}
             if trace.get("outcome"):
                 oc = trace["outcome"]
@@ -860,7 +891,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                               f"running={oc.get('running')} waiting={oc.get('waiting')} "
                               f"free_blocks={oc.get('free_blocks')}[/dim]")
         else:
-            console.print(f"[bold green]not reproduced — {outcome.status}[/bold green]: {outcome.detail}")
+            console.print(f"[bold green]not reproduced — {outcome.status}[/bold green]: {_esc(outcome.detail)}")
     return outcome.exit_code
 
 
@@ -876,22 +907,22 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(json.dumps({"index_md": str(md), "index_html": str(html_path), "count": n,
                           "reports": [{"file": str(p), "property": r.get("property"), "flaws": r.get("flaws"),
                                        "violation": (r.get("violation") or {}).get("name"),
-                                       "replay": (r.get("replay") or {}).get("command")} for p, r in items]},
+                                       "replay": f"kvverify replay {reports.display_path(p)}"} for p, r in items]},
                          indent=2))
         return EXIT_OK
     console = _console()
     if items:
         from rich.table import Table
-        t = Table(title=f"{n} counterexample report(s) in {reports._display_path(where)}", title_justify="left")
+        t = Table(title=f"{n} counterexample report(s) in {reports.display_path(where)}", title_justify="left")
         for col in ("invariant", "property", "flaws", "replay"):
             t.add_column(col, overflow="fold")
         for p, r in items:
             t.add_row((r.get("violation") or {}).get("name", ""), r.get("property", ""),
-                      ", ".join(r.get("flaws") or []) or "—", (r.get("replay") or {}).get("command", ""))
+                      ", ".join(r.get("flaws") or []) or "—", f"kvverify replay {reports.display_path(p)}")
         console.print(t)
     else:
-        console.print(f"no reports in {reports._display_path(where)}")
-    console.print(f"index: {reports._display_path(md)} and {reports._display_path(html_path)}")
+        console.print(f"no reports in {reports.display_path(where)}")
+    console.print(f"index: {reports.display_path(md)} and {reports.display_path(html_path)}")
     return EXIT_OK
 
 
@@ -970,7 +1001,7 @@ def cmd_default(args: argparse.Namespace) -> int:
     for col in ("step", "result", "", "time"):
         t.add_column(col)
     for name, ok, text, secs in steps:
-        t.add_row(name, "[green]ok[/green]" if ok else "[bold red]FAILED[/bold red]", text, f"{secs:.1f} s")
+        t.add_row(name, "[green]ok[/green]" if ok else "[bold red]FAILED[/bold red]", _esc(text), f"{secs:.1f} s")
     console.print(t)
     ok = all(s[1] for s in steps)
     console.print("[bold green]All as expected.[/bold green]" if ok else

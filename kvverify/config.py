@@ -106,11 +106,9 @@ class VllmConfig:
 
         Under the proposed fix for finding F4 the lookahead slots each step reserves count too.
         """
-        from kvverify import fixes
-        tokens = self.max_concurrent_batches * self.max_num_batched_tokens
-        if fixes.is_on("caps_count_lookahead"):
-            tokens += self.num_lookahead_tokens
-        return tokens
+        from kvverify import arith
+        return arith.max_in_flight_tokens(self.max_concurrent_batches, self.max_num_batched_tokens,
+                                          self.num_lookahead_tokens)
 
     @property
     def encoder_tokens(self) -> int:

@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from kvverify import arith, fixes, flaws
+from kvverify import arith
 from kvverify.config import VllmConfig
 from kvverify.errors import ConfigError, StartupCheckError, require_int, MAX_BYTES
 from kvverify.grouping import (
@@ -71,18 +71,16 @@ def bytes_per_block(groups: Sequence[KVCacheGroupSpec]) -> int:
 
 def group_blocks_per_request(group: KVCacheGroupSpec, vllm_config: VllmConfig) -> int:
     """Blocks one max_model_len request holds in ``group`` (the startup bound)."""
-    if fixes.is_on("check_plans_computed_tokens"):
-        length = vllm_config.max_model_len
-        written = arith.min_written_tokens(length, vllm_config.num_lookahead_tokens)
-        vllm_config = vllm_config.with_max_model_len(written)
+    planned = arith.planned_request_tokens(vllm_config.max_model_len, vllm_config.num_lookahead_tokens)
+    if planned != vllm_config.max_model_len:
+        vllm_config = vllm_config.with_max_model_len(planned)
     return group.kv_cache_spec.max_blocks_per_request(vllm_config)
 
 
 def blocks_per_request(groups: Sequence[KVCacheGroupSpec], vllm_config: VllmConfig) -> int:
     """``sum_g blocks_g(L)`` over all groups (PR #36030); only the first with the flaw."""
-    if flaws.is_on("autofit_first_group_only") and _in_auto_fit():
-        groups = groups[:1]
-    return sum(group_blocks_per_request(g, vllm_config) for g in groups)
+    return arith.total_blocks_per_request([group_blocks_per_request(g, vllm_config) for g in groups],
+                                          in_auto_fit=_in_auto_fit())
 
 
 def max_memory_usage_bytes_from_groups(groups: Sequence[KVCacheGroupSpec],
@@ -157,7 +155,7 @@ def get_kv_cache_config_from_groups(groups: Sequence[KVCacheGroupSpec], num_bloc
     """Tensors for ``num_blocks`` blocks (``get_kv_cache_config_from_groups``, layer-outer)."""
     if not groups:
         return KVCacheConfig(num_blocks=1, kv_cache_tensors=(), kv_cache_groups=())
-    size = bytes_per_block(groups) * num_blocks
+    size = arith.kv_cache_tensor_bytes(bytes_per_block(groups), num_blocks)
     tensors: list[KVCacheTensor] = []
     for g in groups:
         by_spec: dict[KVCacheSpec, list[str]] = defaultdict(list)
@@ -250,20 +248,20 @@ def plan_kv_cache(vllm_config: VllmConfig, kv_cache_specs: Sequence[Mapping[str,
     memory = _available_memory(vllm_config, available_memory, len(kv_cache_specs))
 
     override = vllm_config.num_gpu_blocks_override
-    if override is not None and not flaws.is_on("override_ignored_in_check"):
-        memory = [arith.override_memory(override, bytes_per_block(g)) if g else m
-                  for g, m in zip(worker_groups, memory)]
-    check_mem = [arith.check_memory(m, bytes_per_block(g)) if g else m
-                 for g, m in zip(worker_groups, memory)]
-    if flaws.is_on("null_block_not_reserved"):
-        check_mem = list(memory)
+    raw = memory
+    bpbs = [bytes_per_block(g) for g in worker_groups]
+    memory = [arith.startup_available_memory(m, b, override) if g else m
+              for g, m, b in zip(worker_groups, raw, bpbs)]
+    check_mem = [arith.startup_check_memory(m, b, override) if g else m
+                 for g, m, b in zip(worker_groups, raw, bpbs)]
 
     config = vllm_config
     auto_fit_len: int | None = None
     error: str | None = None
     if vllm_config.auto_max_model_len:
         config = vllm_config.with_max_model_len(vllm_config.planning_max_model_len)
-        search_mem = memory if flaws.is_on("autofit_ignores_null_block") else check_mem
+        search_mem = [arith.auto_fit_search_memory(m, b, override) if g else m
+                      for g, m, b in zip(worker_groups, raw, bpbs)]
         try:
             auto_fit_len = _auto_fit_max_model_len(config, worker_groups, search_mem)
             config = config.with_max_model_len(auto_fit_len)
@@ -281,14 +279,8 @@ def plan_kv_cache(vllm_config: VllmConfig, kv_cache_specs: Sequence[Mapping[str,
                 break
 
     configs = []
-    for groups, mem in zip(worker_groups, memory):
-        bpb = bytes_per_block(groups)
-        if not groups:
-            num_blocks = 1
-        elif override is not None:
-            num_blocks = override
-        else:
-            num_blocks = arith.num_blocks_from_memory(mem, bpb)
+    for groups, mem, bpb in zip(worker_groups, raw, bpbs):
+        num_blocks = arith.runtime_num_blocks(mem, bpb, override) if groups else 1
         configs.append(get_kv_cache_config_from_groups(groups, num_blocks))
     min_blocks = min(c.num_blocks for c in configs)
     configs = [c if c.num_blocks == min_blocks else
@@ -341,10 +333,7 @@ def get_max_concurrency_for_kv_cache_config(vllm_config: VllmConfig,
     per_request = sum(group_blocks_per_request(g, vllm_config) for g in kv_cache_config.kv_cache_groups)
     if per_request == 0:
         return float("inf")
-    blocks = kv_cache_config.num_blocks
-    if fixes.is_on("concurrency_counts_usable_blocks"):
-        blocks = arith.usable_blocks(blocks)
-    return blocks / per_request
+    return arith.concurrency_blocks(kv_cache_config.num_blocks) / per_request
 
 
 def layer_specs(groups: Sequence[KVCacheGroupSpec]) -> dict[str, KVCacheSpec]:

@@ -92,7 +92,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     except Exception as e:  # noqa: BLE001 - a report must never break the run
         rep.sections.append(("kvverify report", f"could not write the report: {type(e).__name__}: {e}"))
         return
-    shown = reports._display_path(path)
+    shown = reports.display_path(path)
     rep.sections.append(("kvverify report",
                          f"counterexample report: {shown[:-5]}.md\nreplay: kvverify replay {shown}"))
     rep.user_properties.append(("kvverify_report", shown))

@@ -10,7 +10,7 @@ comes from :mod:`kvverify.arith`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, ClassVar, Mapping
 
 from kvverify import arith

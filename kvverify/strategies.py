@@ -191,7 +191,8 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
     worker_specs: tuple[dict[str, KVCacheSpec], ...] = (specs,)
     if source == "override":
         kw["num_gpu_blocks_override"] = target
-        kw["kv_cache_memory_bytes"] = draw(st.integers(1, 4 * memory + 1))  # ignored for the count
+        # ignored for the count; generous first (the #27181 setting: a tiny override on a big GPU)
+        kw["kv_cache_memory_bytes"] = draw(st.one_of(st.just(4 * memory + bpb), st.integers(1, 4 * memory + 1)))
     elif source == "memory":
         kw["kv_cache_memory_bytes"] = memory
         if workers and draw(st.integers(0, 4)) == 0:

@@ -67,6 +67,7 @@ FORMULAS: dict[str, st.SearchStrategy[tuple]] = {
     "full_attention_blocks": args(n, p),
     "sliding_window_admission_blocks": args(p, n, p, p, p),
     "chunked_local_admission_blocks": args(p, p, p, p),
+    "max_in_flight_tokens": args(p, p, n),
     "mamba_max_blocks": args(flag, n, st.builds(N, st.integers(0, 1))),
     "cross_attention_blocks": args(n, p),
     "capped_blocks": args(n, n, flag),

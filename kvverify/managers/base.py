@@ -55,17 +55,10 @@ class SingleTypeKVCacheManager:
     # -- prediction and allocation --
 
     def _required_blocks(self, num_tokens: int, apply_admission_cap: bool) -> int:
-        required = cdiv(num_tokens, self.block_size)
-        cap = self.max_admission_blocks_per_request
-        if cap is None:
-            return required
-        if flaws.is_on("swa_cap_on_allocation"):
-            # #39866: the cap also clamped the per-step prediction.
-            return arith.capped_blocks(required, cap, True)
-        if flaws.is_on("swa_admission_uncapped"):
-            # #39734: the gate charged cdiv(num_tokens, B) although startup used the cap.
-            return required
-        return arith.capped_blocks(required, cap, apply_admission_cap)
+        # flaws swa_cap_on_allocation (#39866) and swa_admission_uncapped (#39734) live in
+        # the shared formula, so the lemmas prove against exactly this arithmetic
+        return arith.admission_required_blocks(num_tokens, self.block_size,
+                                               self.max_admission_blocks_per_request, apply_admission_cap)
 
     def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int,
                                    new_computed_blocks: Sequence[KVCacheBlock],
@@ -83,7 +76,7 @@ class SingleTypeKVCacheManager:
         held = len(self.req_to_blocks.get(request_id, ()))
         if request_id in self.num_cached_block:
             # running request: no new prefix-cache hits
-            return arith.max_(required - held, 0)
+            return arith.new_blocks_for_running(required, held)
         skipped_blocks = arith.skipped_blocks(
             self.get_num_skipped_tokens(total_computed_tokens), self.block_size)
         num_local_computed_blocks = len(new_computed_blocks) + held

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import assume, event, given, note
+from hypothesis import assume, event, given
 from hypothesis import strategies as st
 
 from kvverify.invariants.allocation import AllocationRecorder, check_allocations

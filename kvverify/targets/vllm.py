@@ -501,7 +501,7 @@ class VllmTarget:
 
     def max_concurrency(self, plan: StartupPlan) -> float:
         """Upstream ``get_max_concurrency_for_kv_cache_config`` on the plan (what the engine logs)."""
-        u = self._runtime(plan)
+        u = self._runtime(plan, resolve_block_sizes=False)
         return self.up.get_max_concurrency_for_kv_cache_config(u.vc, u.scheduler_config)
 
     def estimate_max_model_len(self, vllm_config: VllmConfig, kv_cache_spec: Mapping[str, kv.KVCacheSpec],
@@ -568,7 +568,7 @@ class VllmTarget:
 
     # -- runtime --
 
-    def _runtime(self, plan: StartupPlan) -> _Upstream:
+    def _runtime(self, plan: StartupPlan, resolve_block_sizes: bool = True) -> _Upstream:
         """Upstream objects for a plan, as ``EngineCore._initialize_kv_caches`` leaves them."""
         up = self.up
         tr = _Translator(up)
@@ -584,10 +584,12 @@ class VllmTarget:
             # before resolving block sizes (a pure-Mamba model in mode none: max_model_len).
             sizes = [g.kv_cache_spec.block_size for g in groups if g.kv_cache_spec.prefix_cacheable]
             vc.cache_config.block_size = min(sizes or [g.kv_cache_spec.block_size for g in groups])
-        try:
-            sbs, hbs = up.resolve_kv_cache_block_sizes(sched_cfg, vc)
-        except ValueError as e:
-            raise BlockSizeError(str(e)) from e
+        sbs = hbs = 0
+        if resolve_block_sizes:
+            try:
+                sbs, hbs = up.resolve_kv_cache_block_sizes(sched_cfg, vc)
+            except ValueError as e:
+                raise BlockSizeError(str(e)) from e
         return _Upstream(vc, tr, workers, sched_cfg, sbs, hbs)
 
     def _hasher(self, vc: Any, hash_block_size: int) -> Callable | None:

@@ -1,0 +1,87 @@
+"""Shared pieces of the reports package: constants, errors, flaw/fix switches, paths, atomic writes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from kvverify import fixes, flaws
+from kvverify.errors import KVVerifyError
+
+SCHEMA = "kvverify.report/1"
+REPORTS_ENV = "KVVERIFY_REPORTS_DIR"
+DEFAULT_DIR = "reports"
+INDEX_MD = "index.md"
+INDEX_HTML = "index.html"
+MAX_TRACE_ROWS = 200  # rows kept in the JSON (first 50 + last 150)
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+class ReportError(KVVerifyError):
+    """A report that cannot be read, decoded or replayed (the message says why)."""
+
+
+def reports_dir(default: str | os.PathLike[str] | None = None) -> Path:
+    """``$KVVERIFY_REPORTS_DIR``, else ``default``, else ``reports/`` (relative to the cwd)."""
+    env = os.environ.get(REPORTS_ENV)
+    if env:
+        return Path(env)
+    return Path(default) if default is not None else Path(DEFAULT_DIR)
+
+
+def active_fixes() -> frozenset[str]:
+    active = getattr(fixes, "active", None)
+    return frozenset(active()) if callable(active) else frozenset(fixes._ACTIVE.get())
+
+
+@contextlib.contextmanager
+def switched(flaw_names: Iterable[str] = (), fix_names: Iterable[str] = ()) -> Iterator[None]:
+    """Exactly these flaws and fixes on (a clean context: nothing inherited)."""
+    f_token = flaws._ACTIVE.set(frozenset(flaws.check_name(n) for n in flaw_names))
+    fix_names = tuple(fix_names)
+    for n in fix_names:
+        if n not in fixes.CATALOG:
+            raise ReportError(f"unknown fix {n!r}; known: {', '.join(fixes.CATALOG)}")
+    x_token = fixes._ACTIVE.set(frozenset(fix_names))
+    try:
+        yield
+    finally:
+        fixes._ACTIVE.reset(x_token)
+        flaws._ACTIVE.reset(f_token)
+
+
+def sanitize(text: str) -> str:
+    return _ADDRESS.sub("", text)
+
+
+def short_repr(value: Any, limit: int = 120) -> str:
+    text = sanitize(repr(value))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def display_path(path: Path) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return str(path)
+    return str(path) if rel.startswith("..") else rel
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temp file in the same directory + ``os.replace``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

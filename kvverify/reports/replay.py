@@ -1,0 +1,225 @@
+"""``kvverify replay``: rebuild a report's example and run the property body once on it.
+
+A property report replays through a fresh ``@given`` wrapper around the same body with the
+report's example as its only (explicit) example, the recorded flaws and fixes switched on,
+and ``data`` draws served back in order by :class:`~kvverify.reports.capture.ReplayData`.
+A state-machine report replays its ``@reproduce_failure`` blob; a lemma report re-proves
+the lemma. Reproduced (still failing) is exit 1; passes now is exit 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import importlib.util
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from kvverify.reports.build import plain, trace_of, violations_from_exception
+from kvverify.reports.capture import (
+    ReplayMismatch,
+    exception_family,
+    instrument,
+    is_property,
+    is_rejection,
+)
+from kvverify.reports.common import ReportError, switched
+from kvverify.reports.serialize import decode
+from kvverify.reports.stateful import steps_from_notes
+from kvverify.reports.store import load_report
+
+
+@dataclasses.dataclass
+class ReplayOutcome:
+    """``reproduced``: the property still fails on the example (exit 1)."""
+
+    reproduced: bool
+    status: str  # "reproduced" | "reproduced (different failure)" | "passes" | "rejected"
+    detail: str
+    violation: dict[str, Any] | None = None
+    trace: dict[str, Any] | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.reproduced else 0
+
+
+def resolve_property(ref: Mapping[str, Any]) -> Any:
+    """The ``@given`` function a report names: by module and name, else from its file."""
+    module_name, name, file = ref.get("module"), ref.get("name"), ref.get("file")
+    errors = []
+    if module_name and name:
+        try:
+            obj = getattr(importlib.import_module(module_name), name)
+            if is_property(obj):
+                return obj
+        except (ImportError, AttributeError) as e:
+            errors.append(f"{module_name}: {e}")
+        except Exception as e:  # noqa: BLE001 - report the import failure
+            errors.append(f"{module_name}: {type(e).__name__}: {e}")
+    if file and name and Path(file).is_file():
+        module = load_module_from_file(Path(file))
+        obj = getattr(module, name, None)
+        if is_property(obj):
+            return obj
+        errors.append(f"{file}: no @given property named {name!r}")
+    raise ReportError(f"cannot find the property {name!r} ({'; '.join(errors) or 'no module or file recorded'})")
+
+
+def load_module_from_file(path: Path) -> Any:
+    """Import a suite file (e.g. ``properties/test_startup.py``) under a private name."""
+    name = "kvverify_suite_" + re.sub(r"\W", "_", str(path.resolve().with_suffix("")))[-80:]
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ReportError(f"{path}: cannot import")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as e:
+        del sys.modules[name]
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise ReportError(f"{path}: import failed: {type(e).__name__}: {e}") from None
+    return module
+
+
+def replay_report(report: Mapping[str, Any], *, target: str | None = None,
+                  flaw_names: Sequence[str] | None = None, fix_names: Sequence[str] | None = None) -> ReplayOutcome:
+    """Run the property body once on the report's example (or re-prove its lemma).
+
+    ``flaw_names`` / ``fix_names`` replace the recorded switches when given.
+    """
+    use_flaws = list(report.get("flaws") or []) if flaw_names is None else list(flaw_names)
+    use_fixes = list(report.get("fixes") or []) if fix_names is None else list(fix_names)
+    if report.get("kind") == "lemma":
+        return _replay_lemma(report, use_flaws, use_fixes)
+    if report.get("kind") == "stateful":
+        return _replay_stateful(report, use_flaws, use_fixes)
+    if not report.get("replayable", True):
+        raise ReportError(f"this report cannot be replayed exactly: {report.get('not_replayable_because')}"
+                          + (f"; rerun with: {report['replay']['pytest']}"
+                             if (report.get("replay") or {}).get("pytest") else ""))
+    from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings
+
+    from kvverify.targets import get_target
+
+    fn = resolve_property(report.get("property_ref") or {})
+    given_kwargs = getattr(fn.hypothesis, "_given_kwargs", None)
+    if given_kwargs is None:
+        raise ReportError("this Hypothesis version does not expose the property's strategies")
+    tgt = get_target(target or report.get("target") or "reference")
+    expected = (report.get("violation") or {}).get("name")
+    with switched(use_flaws, use_fixes):
+        example_kwargs = {k: decode(v) for k, v in (report.get("example") or {}).items()}
+        missing = set(given_kwargs) - set(example_kwargs)
+        if missing:
+            raise ReportError(f"the report lacks arguments {sorted(missing)} the property now takes")
+        ran: dict[str, Any] = {"calls": 0, "rejected": False}
+        inner = fn.hypothesis.inner_test
+
+        def once(*args: Any, **kwargs: Any) -> Any:
+            ran["calls"] += 1
+            try:
+                return inner(*args, **kwargs)
+            except BaseException as e:
+                if is_rejection(e):
+                    ran["rejected"] = True
+                raise
+
+        runner = functools.wraps(inner)(once)
+        test = given(**given_kwargs)(runner)
+        test.hypothesis_explicit_examples = []  # never share (or grow) the property's own list
+        test = example(**example_kwargs)(test)
+        test = settings(database=None, deadline=None, phases=[Phase.explicit], print_blob=False,
+                        suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)(test)
+        with instrument([test]) as sink:
+            try:
+                test(target=tgt)
+            except ReplayMismatch as e:
+                raise ReportError(f"cannot replay exactly: {e}") from None
+            except BaseException as e:  # noqa: BLE001 - the property failed: reproduced
+                if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                    raise
+                inner_exc = e
+                nested = [x for x in exception_family(e) if isinstance(x, ReplayMismatch)]
+                if nested:
+                    raise ReportError(f"cannot replay exactly: {nested[0]}") from None
+                got = violations_from_exception(inner_exc)[0]
+                cap = sink.for_exception(inner_exc)
+                trace = trace_of(cap.workloads) if cap else None
+                same = got.get("name") == expected
+                return ReplayOutcome(True, "reproduced" if same else "reproduced (different failure)",
+                                     f"[{got.get('name')}] {got.get('reason')}", got, trace)
+    if ran["rejected"]:
+        return ReplayOutcome(False, "rejected", "the example no longer satisfies the property's "
+                             "assumptions (assume() rejected it): nothing to check")
+    return ReplayOutcome(False, "passes", "the property holds on this example now")
+
+
+def _replay_lemma(report: Mapping[str, Any], use_flaws: list[str], use_fixes: list[str]) -> ReplayOutcome:
+    from kvverify.lemmas import get
+    from kvverify.lemmas.core import prove
+
+    ref = report.get("property_ref") or {}
+    lemma = get(ref.get("lemma"))
+    if len(use_flaws) > 1:
+        raise ReportError("a lemma replays with at most one flaw")
+    fix = bool(use_fixes) and lemma.finding is not None and lemma.finding.fix in use_fixes
+    result = prove(lemma, flaw=use_flaws[0] if use_flaws else None, fix=fix)
+    if result.result == "counterexample":
+        values = (result.counterexample or {}).get("values", {})
+        return ReplayOutcome(True, "reproduced", f"counterexample {values}; reference replay: {result.replay}",
+                             {"name": f"lemma.{lemma.name}", "reason": result.statement,
+                              "evidence": plain((result.counterexample or {}).get("evidence", {}))})
+    if result.result == "unknown":
+        raise ReportError(f"lemma {lemma.name}: unknown ({result.reason})")
+    return ReplayOutcome(False, "passes", f"lemma {lemma.name} is proved now")
+
+
+def replay_path(path: str | os.PathLike[str], **kw: Any) -> ReplayOutcome:
+    return replay_report(load_report(path), **kw)
+
+
+def _replay_stateful(report: Mapping[str, Any], use_flaws: list[str], use_fixes: list[str]) -> ReplayOutcome:
+    from hypothesis import Verbosity, settings
+    from hypothesis.errors import DidNotReproduce
+    from hypothesis.stateful import run_state_machine_as_test
+
+    ref = report.get("property_ref") or {}
+    blob = (report.get("example") or {}).get("reproduce_failure")
+    if not blob:
+        raise ReportError(f"this report cannot be replayed exactly: {report.get('not_replayable_because')}")
+    try:
+        machine: Any = importlib.import_module(ref["module"])
+        for part in str(ref["name"]).split("."):
+            machine = getattr(machine, part)
+    except (ImportError, AttributeError, KeyError) as e:
+        raise ReportError(f"cannot find the state machine {ref.get('name')!r}: {e}") from None
+    replayer = type(machine.__name__, (machine,), {"__module__": machine.__module__})
+    replayer._hypothesis_internal_use_reproduce_failure = (blob[0], blob[1].encode("ascii"))
+    expected = (report.get("violation") or {}).get("name")
+    with switched(use_flaws, use_fixes):
+        try:
+            run_state_machine_as_test(replayer, settings=settings(database=None, deadline=None, print_blob=False,
+                                                                  verbosity=Verbosity.quiet))
+        except DidNotReproduce:
+            return ReplayOutcome(False, "passes", "the falsifying program no longer fails")
+        except BaseException as e:  # noqa: BLE001 - the machine failed: reproduced
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
+            from hypothesis.errors import InvalidArgument
+            if isinstance(e, InvalidArgument):
+                raise ReportError(f"cannot replay the blob: {e}") from None
+            got = violations_from_exception(e)[0]
+            same = got.get("name") == expected
+            return ReplayOutcome(True, "reproduced" if same else "reproduced (different failure)",
+                                 f"[{got.get('name')}] {got.get('reason')}", got,
+                                 {"program": steps_from_notes(getattr(e, "__notes__", []) or [])})
+    return ReplayOutcome(False, "passes", "the falsifying program no longer fails")
