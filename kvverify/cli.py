@@ -869,11 +869,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     report = reports.load_report(args.report)
     flaw_names = [] if args.without_flaws else (args.flaw or None)
-    outcome = reports.replay_report(report, target=args.target, flaw_names=flaw_names)
+    outcome = reports.replay_report(report, target=args.target, flaw_names=flaw_names, fix_names=args.fix)
     used = report.get("flaws") if flaw_names is None else flaw_names
+    used_fixes = report.get("fixes") if args.fix is None else args.fix
     if args.json:
         print(json.dumps({"report": str(args.report), "property": report.get("property"),
-                          "flaws": used, "reproduced": outcome.reproduced, "status": outcome.status,
+                          "flaws": used, "fixes": used_fixes, "reproduced": outcome.reproduced, "status": outcome.status,
                           "detail": outcome.detail, "violation": outcome.violation}, indent=2))
     else:
         console = _console()
@@ -881,7 +882,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         console.print(f"replaying [bold]{_esc(report.get('property'))}[/bold] ({report.get('kind')}) — recorded "
                       f"[bold]{_esc(v.get('name'))}[/bold]: {_esc(v.get('reason'))}")
         console.print(f"flaws on: {', '.join(used or []) or 'none'}; fixes on: "
-                      f"{', '.join(report.get('fixes') or []) or 'none'}")
+                      f"{', '.join(used_fixes or []) or 'none'}")
         if outcome.reproduced:
             console.print(f"[bold red]{outcome.status}[/bold red]: {_esc(outcome.detail)}")
             trace = outcome.trace or {}
@@ -1146,6 +1147,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replay on the plain reference (does the faithful reference fail too?)")
     r.add_argument("--flaw", action="append", choices=flaw_choices, metavar="NAME",
                    help="replay with these flaws instead of the recorded ones")
+    r.add_argument("--fix", action="append", metavar="NAME",
+                   help="replay with these proposed fixes on instead of the recorded ones (does the fix hold?)")
     r.add_argument("--target", default=None, help="system under test (default: the recorded one)")
     r.add_argument("--json", action="store_true", help="print the outcome as JSON")
     r.set_defaults(func=cmd_replay)
