@@ -51,15 +51,15 @@ class StartupCase:
 
 def boundary_int(center: int, *, low: int, high: int, spread: int = 2) -> st.SearchStrategy[int]:
     """``center + d`` for small ``d`` (first branch), else any value in ``[low, high]``."""
-    near = st.integers(-spread, spread).map(lambda d: center + d).filter(lambda v: low <= v <= high)
+    near = st.integers(-spread, spread).map(lambda d: min(high, max(low, center + d)))
     return st.one_of(near, st.integers(low, high))
 
 
 def lengths(block_size: int, *, low: int = 2, high: int = 1024) -> st.SearchStrategy[int]:
     """Lengths at block multiples +-1 (first branch) or anywhere in ``[low, high]``."""
-    multiples = st.builds(lambda k, d: k * block_size + d, st.integers(1, max(1, high // block_size)),
-                          st.sampled_from((0, 1, -1)))
-    return st.one_of(multiples.filter(lambda v: low <= v <= high), st.integers(low, high))
+    multiples = st.builds(lambda k, d: min(high, max(low, k * block_size + d)),
+                          st.integers(1, max(1, high // block_size)), st.sampled_from((0, 1, -1)))
+    return st.one_of(multiples, st.integers(low, high))
 
 
 @st.composite

@@ -15,10 +15,10 @@ from kvverify.zoo import CATCHERS, run_flaw
 
 # flaw -> (max examples to first failure, bound on the shrunk case's L and N)
 BUDGET = {
-    "override_ignored_in_check": (400, 64),
+    "override_ignored_in_check": (600, 64),
     "null_block_not_reserved": (100, 64),
     "autofit_ignores_null_block": (100, 64),
-    "autofit_first_group_only": (400, 64),
+    "autofit_first_group_only": (600, 64),
     "swa_admission_uncapped": (200, 256),
     "swa_cap_on_allocation": (200, 256),
     "mamba_hash_fallback_by_block_size": (200, 4096),

@@ -124,14 +124,16 @@ def property_ref(fn: Any, *, name: str | None = None, file: str | None = None) -
             file = inspect.getsourcefile(inspect.unwrap(source))
         except (TypeError, OSError, ValueError):
             file = None
+    abs_file = None
     if file:
+        abs_file = os.path.abspath(file)
         try:
             file = os.path.relpath(file)
         except ValueError:
             pass
         if file.startswith(".."):
-            file = os.path.abspath(file)
-    return {"module": module, "name": attr, "file": file}
+            file = abs_file
+    return {"module": module, "name": attr, "file": file, "abs_file": abs_file}
 
 
 def resembles(flaw_names: Iterable[str]) -> list[dict[str, str]]:
@@ -238,7 +240,8 @@ def report_key(report: Mapping[str, Any]) -> str:
     """Short content hash over what identifies the failure (never the volatile ``run``)."""
     ident = {k: report.get(k) for k in ("kind", "property", "target", "flaws", "fixes", "example", "z3_model")}
     # where the property lives, not where it was run from (a file path depends on the cwd)
-    ident["property_ref"] = {k: v for k, v in (report.get("property_ref") or {}).items() if k != "file"}
+    ident["property_ref"] = {k: v for k, v in (report.get("property_ref") or {}).items()
+                             if k not in ("file", "abs_file")}
     v = report.get("violation") or {}
     ident["violation"] = {"name": v.get("name"), "reason": v.get("reason")}
     return hashlib.sha256(canonical_json(ident).encode()).hexdigest()[:10]

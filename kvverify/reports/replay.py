@@ -49,25 +49,46 @@ class ReplayOutcome:
 
 
 def resolve_property(ref: Mapping[str, Any]) -> Any:
-    """The ``@given`` function a report names: by module and name, else from its file."""
-    module_name, name, file = ref.get("module"), ref.get("name"), ref.get("file")
-    errors = []
-    if module_name and name:
+    """The ``@given`` function a report names.
+
+    A :mod:`kvverify` property is imported by module and name; a test file's property is
+    loaded from its file (the recorded relative path, else the absolute one), falling back
+    to its module name.
+    """
+    module_name, name = ref.get("module"), ref.get("name")
+    files = [f for f in (ref.get("file"), ref.get("abs_file")) if f]
+    errors: list[str] = []
+
+    def from_module() -> Any:
+        if not (module_name and name):
+            return None
         try:
             obj = getattr(importlib.import_module(module_name), name)
-            if is_property(obj):
-                return obj
         except (ImportError, AttributeError) as e:
             errors.append(f"{module_name}: {e}")
+            return None
         except Exception as e:  # noqa: BLE001 - report the import failure
             errors.append(f"{module_name}: {type(e).__name__}: {e}")
-    if file and name and Path(file).is_file():
-        module = load_module_from_file(Path(file))
-        obj = getattr(module, name, None)
-        if is_property(obj):
+            return None
+        return obj if is_property(obj) else None
+
+    def from_file() -> Any:
+        for file in files:
+            if name and Path(file).is_file():
+                obj = getattr(load_module_from_file(Path(file)), name, None)
+                if is_property(obj):
+                    return obj
+                errors.append(f"{file}: no @given property named {name!r}")
+                return None
+        return None
+
+    order = (from_module, from_file) if str(module_name or "").startswith("kvverify") else (from_file, from_module)
+    for how in order:
+        obj = how()
+        if obj is not None:
             return obj
-        errors.append(f"{file}: no @given property named {name!r}")
-    raise ReportError(f"cannot find the property {name!r} ({'; '.join(errors) or 'no module or file recorded'})")
+    where = "; ".join(errors) or f"not importable from {module_name!r}, no file among {files}"
+    raise ReportError(f"cannot find the property {name!r} ({where})")
 
 
 def load_module_from_file(path: Path) -> Any:
