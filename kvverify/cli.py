@@ -365,6 +365,17 @@ def _verdict(r: dict[str, Any]) -> str:
             f"{L:,}-token request, {r['usable_blocks']:,} usable.{hint}")
 
 
+def _runs(items: Any) -> list[tuple[Any, int]]:
+    """Run-length encoding: [(item, count), ...] of consecutive equal items."""
+    out: list[tuple[Any, int]] = []
+    for item in items:
+        if out and out[-1][0] == item:
+            out[-1] = (item, out[-1][1] + 1)
+        else:
+            out.append((item, 1))
+    return out
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n:,} {word}" + ("" if n == 1 else "s")
 
@@ -397,7 +408,8 @@ def _print_check(r: dict[str, Any], console: Any) -> None:
     t.add_row("bytes per block", f"{r['bytes_per_block']:,} ({human_bytes(r['bytes_per_block'])})")
     t.add_row("num_blocks", f"{r['num_blocks']:,}  (block 0 is the null block)")
     t.add_row("usable blocks", f"{r['usable_blocks']:,}")
-    per_group = " + ".join(f"{g['blocks_per_request']:,} {g['kind']}" for g in r["groups"])
+    per_group = " + ".join(f"{n} x {blocks:,} {kind}" if n > 1 else f"{blocks:,} {kind}"
+                           for (kind, blocks), n in _runs((g["kind"], g["blocks_per_request"]) for g in r["groups"]))
     t.add_row("blocks per request", f"{r['blocks_needed_per_request']:,}" +
               (f"  = {per_group}" if len(r["groups"]) > 1 else f"  ({r['groups'][0]['kind']})"
                if r["groups"] else ""))
@@ -410,7 +422,8 @@ def _print_check(r: dict[str, Any], console: Any) -> None:
                   f"{run['output_tokens']:,} output tokens, {_plural(run['steps'], 'step')}")
     if r["max_concurrency"] is not None:
         t.add_row("max concurrency", f"{r['max_concurrency']:.2f}x as vLLM logs it (N / needed); "
-                  f"{_plural(r['concurrent_full_requests'], 'full-length request')} fit at once")
+                  f"{_plural(r['concurrent_full_requests'], 'full-length request')} "
+                  f"fit{'s' if r['concurrent_full_requests'] == 1 else ''} at once")
     if r["auto_fit_max_model_len"] is not None:
         t.add_row("auto-fit", f"{r['auto_fit_max_model_len']:,}")
     if r.get("suggested_max_model_len"):
