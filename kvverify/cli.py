@@ -543,12 +543,16 @@ def _select(props: list[FuzzProperty], patterns: Sequence[str] | None, shard: st
     if patterns:
         props = [p for p in props if any(pat in p.name or pat in p.module for pat in patterns)]
     if shard:
-        m = re.fullmatch(r"(\d+)/(\d+)", shard.strip())
-        if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
-            raise ConfigError("shard", shard, "must be I/N with 1 <= I <= N, e.g. 2/3")
-        i, n = int(m.group(1)), int(m.group(2))
+        i, n = (int(x) for x in _shard(shard).split("/"))
         props = [p for k, p in enumerate(sorted(props, key=lambda p: p.name)) if k % n == i - 1]
     return props
+
+
+def _shard(text: str) -> str:
+    m = re.fullmatch(r"(\d+)/(\d+)", str(text).strip())
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+        raise ConfigError("shard", text, "must be I/N with 1 <= I <= N, e.g. 2/3")
+    return f"{int(m.group(1))}/{int(m.group(2))}"
 
 
 def _expected_failure(prop: FuzzProperty, exc: BaseException) -> bool:
@@ -1120,7 +1124,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--seed", type=int, default=None, help="seed the batches (reproducible runs)")
     f.add_argument("-k", "--property", action="append", metavar="TEXT",
                    help="only properties whose name or module contains TEXT (repeatable)")
-    f.add_argument("--shard", metavar="I/N", help="only the I-th of N shards of the properties (CI matrix)")
+    f.add_argument("--shard", metavar="I/N", type=_arg_type(_shard, "shard"),
+                   help="only the I-th of N shards of the properties (CI matrix)")
     f.add_argument("--batch", type=_int_arg("batch"), default=50, help="largest batch of examples (50)")
     f.add_argument("--suite", default="properties", metavar="DIR",
                    help="suite files whose xfail marks name known findings (properties)")

@@ -76,26 +76,43 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         return
     sink = item.stash.get(_SINK, None)
     exc = call.excinfo.value if call.excinfo is not None else None
-    capture = sink.for_exception(exc) if sink is not None else None
-    if capture is None:
-        return  # not a property failure
+    # only when the test failed *because* a property failed: the exception pytest saw is the
+    # one the recording wrapper captured (or groups / wraps it). A test that expects a
+    # property to fail and then fails on its own assertion writes no report.
+    captures = sink.matching(exc) if sink is not None else []
     obj = getattr(item, "obj", None)
-    name = file = None
-    if capture.function is obj:
-        name = getattr(item, "originalname", None) or item.name
-        file = str(item.path)
-    try:
-        path = reports.report_failure(
-            capture, found_by="pytest", directory=_reports_dir(item.config), name=name, file=file,
-            nodeid=item.nodeid if capture.function is obj else None,
-            known_finding=(rep.wasxfail or "xfail") if xfailed else None)
-    except Exception as e:  # noqa: BLE001 - a report must never break the run
-        rep.sections.append(("kvverify report", f"could not write the report: {type(e).__name__}: {e}"))
-        return
-    shown = reports.display_path(path)
-    rep.sections.append(("kvverify report",
-                         f"counterexample report: {shown[:-5]}.md\nreplay: kvverify replay {shown}"))
-    rep.user_properties.append(("kvverify_report", shown))
+    lines = []
+    for capture in captures:
+        own = capture.function is obj
+        try:
+            path = reports.report_failure(
+                capture, found_by="pytest", directory=_reports_dir(item.config),
+                name=(getattr(item, "originalname", None) or item.name) if own else None,
+                file=str(item.path) if own else None, nodeid=item.nodeid if own else None,
+                known_finding=(rep.wasxfail or "xfail") if xfailed else None)
+        except Exception as e:  # noqa: BLE001 - a report must never break the run
+            lines.append(f"could not write the report: {type(e).__name__}: {e}")
+            continue
+        shown = reports.display_path(path)
+        lines.append(f"counterexample report: {shown[:-5]}.md\nreplay: kvverify replay {shown}")
+        rep.user_properties.append(("kvverify_report", shown))
+    machine = getattr(obj, "_hypothesis_state_machine_class", None)  # Machine.TestCase.runTest
+    if not captures and machine is not None and exc is not None:
+        from kvverify import flaws
+        try:
+            paths = reports.report_stateful(
+                machine, exc, directory=_reports_dir(item.config), found_by="pytest", nodeid=item.nodeid,
+                flaw_names=sorted(flaws.active()), fix_names=sorted(reports.active_fixes()),
+                known_finding=(rep.wasxfail or "xfail") if xfailed else None)
+        except Exception as e:  # noqa: BLE001 - a report must never break the run
+            paths = []
+            lines.append(f"could not write the report: {type(e).__name__}: {e}")
+        for path in paths:
+            shown = reports.display_path(path)
+            lines.append(f"counterexample report: {shown[:-5]}.md\nreplay: kvverify replay {shown}")
+            rep.user_properties.append(("kvverify_report", shown))
+    if lines:
+        rep.sections.append(("kvverify report", "\n".join(lines)))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -266,3 +266,57 @@ def wide_startup_cases(draw) -> StartupCase:
 def test_reference_and_vllm_agree_on_wider_mixes(vllm_target, case: StartupCase, data) -> None:
     """The startup differential over mixes the main generator does not draw."""
     test_reference_and_vllm_agree_on_startup.hypothesis.inner_test(vllm_target, case=case, data=data)
+
+
+# ------------------------------------------------------------------------- runtime
+
+@given(case=startup_cases(allow_auto=False, max_len=256), lookahead=st.sampled_from((0, 0, 1, 3)),
+       data=st.data())
+@recorded
+def test_reference_and_vllm_agree_on_workloads(vllm_target, case: StartupCase, lookahead: int, data) -> None:
+    """Same plan and workload -> the same schedule: step count, preemptions, finish order,
+    stall verdict and the per-step trace (running, waiting, free blocks, scheduled tokens)."""
+    from dataclasses import replace
+
+    from kvverify.strategies import workloads
+
+    config = case.vllm_config
+    # upstream refuses max_num_seqs > max_num_batched_tokens; the adapter clamps, so do both
+    config = replace(config, max_num_seqs=min(config.max_num_seqs, config.max_num_batched_tokens),
+                     num_lookahead_tokens=lookahead)
+    ref = REFERENCE.plan(config, case.kv_cache_specs, case.available_memory)
+    if not ref.groups or ref.num_blocks < 2 or ref.vllm_config.max_model_len < 2:
+        return
+    up = vllm_target.plan(config, case.kv_cache_specs, case.available_memory)
+    violations = diff_plans(ref, up)
+    if violations:
+        assert_no_violations(violations)
+    workload = data.draw(workloads(ref.vllm_config.max_model_len), label="workload")
+    sched = vllm_target.scheduler(up)
+    a = _outcome(lambda: REFERENCE.run_workload(ref, workload))
+    b = _outcome(lambda: vllm_target.run_workload(up, workload, scheduler=sched))
+    if a[0] != "ok" or b[0] != "ok":
+        assert_no_violations(diff_values("run_workload.raises", a, b))
+        return
+    ra, rb = a[1], b[1]
+    if sched.junction_stops and (ra.steps, ra.trace) != (rb.steps, rb.trace):
+        # KNOWN REFERENCE GAP (reported to the lead; remove once the reference models it):
+        # upstream's _mamba_block_aligned_split also stops a Mamba-align prefill chunk at the
+        # request's Marconi shared-prefix junction (Request.shared_prefix_boundary, the third
+        # value of KVCacheManager.get_computed_blocks); the reference scheduler does not, so
+        # the chunk schedule (not the capacity) differs. Only the verdicts are compared then.
+        event("known reference gap: Marconi junction stop (schedule differs)")
+        assert_no_violations(diff_values("run_workload.completed", (ra.completed, ra.stall_reason, ra.error),
+                                         (rb.completed, rb.stall_reason, rb.error),
+                                         num_blocks=ref.num_blocks, groups=_groups_view(ref)))
+        return
+    event(f"completed={ra.completed}; stall={ra.stall_reason}; lookahead={lookahead > 0}")
+    for name in ("completed", "stall_reason", "error", "finished", "preemptions", "steps", "trace"):
+        x, y = getattr(ra, name), getattr(rb, name)
+        if x != y:
+            first = next((i for i, (p, q) in enumerate(zip(ra.trace, rb.trace)) if p != q), None)
+            assert_no_violations(diff_values(
+                f"run_workload.{name}", x if name != "trace" else ra.trace[first:first + 3] if first is not None else len(x),
+                y if name != "trace" else rb.trace[first:first + 3] if first is not None else len(y),
+                num_blocks=ref.num_blocks, starts=ref.starts, max_model_len=ref.vllm_config.max_model_len,
+                groups=_groups_view(ref), first_differing_step=first))

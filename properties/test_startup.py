@@ -5,6 +5,7 @@ import pytest
 from kvverify import fixes
 from kvverify.props.startup import (  # noqa: F401  (collected by pytest)
     test_auto_fit_is_servable_and_maximal,
+    test_catalog_models_startup_agrees_with_runtime,
     test_startup_check_passes_implies_servable,
 )
 from kvverify.props.startup import test_startup_refusal_is_necessary as _refusal

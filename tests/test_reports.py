@@ -205,7 +205,8 @@ def test_report_index(report_path: Path, tmp_path: Path, capsys: pytest.CaptureF
 
 DEMO = textwrap.dedent('''
     import pytest
-    from hypothesis import given, settings, strategies as st
+    from hypothesis import Phase, given, settings, strategies as st
+    from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
     from kvverify.invariants.base import Violation, assert_no_violations
     from kvverify.targets import get_target
@@ -216,14 +217,18 @@ DEMO = textwrap.dedent('''
         return get_target("reference")
 
 
-    @settings(database=None, derandomize=True, max_examples=50, deadline=None)
+    FAST = settings(database=None, derandomize=True, max_examples=50, deadline=None, stateful_step_count=10,
+                    phases=[Phase.explicit, Phase.generate, Phase.shrink])
+
+
+    @FAST
     @given(n=st.integers(0, 1000))
     def test_demo_small(target, n):
         assert_no_violations([Violation("demo.too_big", "n exceeds ten", {"n": n})] if n > 10 else [])
 
 
     @pytest.mark.xfail(strict=True, raises=AssertionError, reason="finding DEMO: a known finding")
-    @settings(database=None, derandomize=True, max_examples=50, deadline=None)
+    @FAST
     @given(n=st.integers(0, 1000))
     def test_demo_known(target, n):
         assert n < 5, "known"
@@ -231,6 +236,25 @@ DEMO = textwrap.dedent('''
 
     def test_plain_failure():
         assert False, "not a property: no report"
+
+
+    class Counter(RuleBasedStateMachine):
+        def __init__(self):
+            super().__init__()
+            self.n = 0
+
+        @rule(k=st.integers(1, 3))
+        def add(self, k):
+            self.n += k
+
+        @invariant()
+        def small(self):
+            assert_no_violations([Violation("demo.counter", "the counter passed 4", {"n": self.n})]
+                                 if self.n > 4 else [])
+
+
+    TestCounter = Counter.TestCase
+    TestCounter.settings = settings(FAST, print_blob=True)
 ''')
 
 
@@ -247,16 +271,22 @@ def test_pytest_hook_writes_reports_but_not_for_xfail(tmp_path: Path) -> None:
     out = tmp_path / "reports"
     run = _pytest(tmp_path, out)
     assert run.returncode == 1, run.stdout + run.stderr
-    (written,) = sorted(out.glob("*.json"))
+    machine_report, written = sorted(out.glob("*.json"))
     data = json.loads(written.read_text())
     assert written.name.startswith("test_demo_small-") and data["violation"]["name"] == "demo.too_big"
     assert data["example"] == {"n": 11} and data["run"]["found_by"] == "pytest"
     assert "kvverify counterexample reports" in run.stdout and written.name in run.stdout
     assert main(["replay", str(written)]) == 1  # resolved from the test file, replayed exactly
+    machine = json.loads(machine_report.read_text())
+    assert machine_report.name.startswith("Counter-") and machine["kind"] == "stateful"
+    assert machine["violation"]["name"] == "demo.counter" and machine["example"]["reproduce_failure"]
+    assert machine["trace"]["program"][0] == "state = Counter()"
+    assert any(step.startswith("state.add(k=") for step in machine["trace"]["program"])
+    assert main(["replay", str(machine_report)]) == 1  # the @reproduce_failure blob, replayed
 
-    again = _pytest(tmp_path, out, "--kvverify-report-xfail")
-    assert again.returncode == 1
+    again = _pytest(tmp_path, out, "--kvverify-report-xfail", "-k", "known")
+    assert again.returncode == 0  # the xfail is still an expected failure
     names = sorted(p.name.split("-")[0] for p in out.glob("*.json"))
-    assert names == ["test_demo_known", "test_demo_small"]
+    assert names == ["Counter", "test_demo_known", "test_demo_small"]
     known = json.loads(next(out.glob("test_demo_known-*.json")).read_text())
     assert "finding DEMO" in known["known_finding"]

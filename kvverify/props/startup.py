@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from hypothesis import event, example, given, target as hyp_target
+from hypothesis import event, example, given, settings, target as hyp_target
 from hypothesis import strategies as st
 
 from kvverify.invariants.base import assert_no_violations
 from kvverify.invariants.startup import check_auto_fit, check_startup_vs_runtime
 from kvverify.props.recorder import recorded
 from kvverify.props import examples as ex
+from kvverify.catalog_strategies import catalog_cases
 from kvverify.strategies import StartupCase, startup_cases
 
 
@@ -77,4 +78,26 @@ def test_startup_check_passes_implies_servable_with_lookahead(target, case: Star
     """
     plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
     _events(case, plan)
+    assert_no_violations(check_startup_vs_runtime(target, plan, outputs, check_strictness=False))
+
+
+@settings(max_examples=60)
+@given(case=catalog_cases(), outputs=st.one_of(st.just(1), st.integers(1, 16)))
+@recorded
+def test_catalog_models_startup_agrees_with_runtime(target, case, outputs: int) -> None:
+    """Real architectures (models/): check passes => a full-length request completes.
+
+    Lookahead slots are dropped here (they are finding F4's own property); a pure-Mamba
+    model outside ``align`` gets ``block_size = max_model_len`` as in ``startup_cases``.
+    """
+    from dataclasses import replace
+
+    from kvverify.strategies import effective_block_size
+    config = case.vllm_config
+    block_size = effective_block_size(case.layer_specs, config.block_size, config.planning_max_model_len,
+                                      config.mamba_cache_mode)
+    config = replace(config, num_lookahead_tokens=0, block_size=block_size)
+    plan = target.plan(config, [case.layer_specs])
+    event(f"model={case.model}")
+    event("boundary" if abs(plan.num_blocks - 1 - plan.blocks_needed_per_request) <= 1 else "off boundary")
     assert_no_violations(check_startup_vs_runtime(target, plan, outputs, check_strictness=False))

@@ -86,7 +86,7 @@ class RecordingTarget:
         return repr(self._target)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class Capture:
     """A property body's failing call, as the recording wrapper saw it."""
 
@@ -99,7 +99,7 @@ class Capture:
     workloads: list[tuple[list[Any], Any]]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)  # identity: sinks are removed from _SINKS by identity
 class Sink:
     """Collects what the instrumented properties did while it is active."""
 
@@ -117,6 +117,17 @@ class Sink:
                 if id(cap.exc) in wanted:
                     return cap
         return self.last()
+
+    def matching(self, exc: BaseException | None) -> list[Capture]:
+        """Captures of ``exc`` itself or of an exception it groups, chains or wraps (no fallback)."""
+        if exc is None:
+            return []
+        family = exception_family(exc)
+        out: list[Capture] = []
+        for cap in reversed(self.failures):
+            if any(cap.exc is e for e in family) and all(cap.exc is not o.exc for o in out):
+                out.append(cap)
+        return out[::-1]
 
     def captures_for(self, exc: BaseException | None) -> list[Capture]:
         """One capture per distinct failure in ``exc`` (Hypothesis may group several)."""

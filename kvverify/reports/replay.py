@@ -49,37 +49,43 @@ class ReplayOutcome:
 
 
 def resolve_property(ref: Mapping[str, Any]) -> Any:
-    """The ``@given`` function a report names.
+    """The ``@given`` function a report names (see :func:`resolve`)."""
+    return resolve(ref, is_property, "property")
 
-    A :mod:`kvverify` property is imported by module and name; a test file's property is
+
+def resolve(ref: Mapping[str, Any], accept: Any, what: str) -> Any:
+    """The object a report names, accepted by ``accept``.
+
+    A :mod:`kvverify` object is imported by module and (dotted) name; a test file's is
     loaded from its file (the recorded relative path, else the absolute one), falling back
     to its module name.
     """
-    module_name, name = ref.get("module"), ref.get("name")
+    module_name, name = ref.get("module"), str(ref.get("name") or "")
     files = [f for f in (ref.get("file"), ref.get("abs_file")) if f]
     errors: list[str] = []
+
+    def lookup(module: Any) -> Any:
+        obj = module
+        for part in name.split("."):
+            obj = getattr(obj, part, None)
+        return obj if obj is not None and accept(obj) else None
 
     def from_module() -> Any:
         if not (module_name and name):
             return None
         try:
-            obj = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError) as e:
-            errors.append(f"{module_name}: {e}")
-            return None
+            return lookup(importlib.import_module(module_name))
         except Exception as e:  # noqa: BLE001 - report the import failure
             errors.append(f"{module_name}: {type(e).__name__}: {e}")
             return None
-        return obj if is_property(obj) else None
 
     def from_file() -> Any:
         for file in files:
             if name and Path(file).is_file():
-                obj = getattr(load_module_from_file(Path(file)), name, None)
-                if is_property(obj):
-                    return obj
-                errors.append(f"{file}: no @given property named {name!r}")
-                return None
+                obj = lookup(load_module_from_file(Path(file)))
+                if obj is None:
+                    errors.append(f"{file}: no {what} named {name!r}")
+                return obj
         return None
 
     order = (from_module, from_file) if str(module_name or "").startswith("kvverify") else (from_file, from_module)
@@ -88,7 +94,7 @@ def resolve_property(ref: Mapping[str, Any]) -> Any:
         if obj is not None:
             return obj
     where = "; ".join(errors) or f"not importable from {module_name!r}, no file among {files}"
-    raise ReportError(f"cannot find the property {name!r} ({where})")
+    raise ReportError(f"cannot find the {what} {name!r} ({where})")
 
 
 def load_module_from_file(path: Path) -> Any:
@@ -217,12 +223,10 @@ def _replay_stateful(report: Mapping[str, Any], use_flaws: list[str], use_fixes:
     blob = (report.get("example") or {}).get("reproduce_failure")
     if not blob:
         raise ReportError(f"this report cannot be replayed exactly: {report.get('not_replayable_because')}")
-    try:
-        machine: Any = importlib.import_module(ref["module"])
-        for part in str(ref["name"]).split("."):
-            machine = getattr(machine, part)
-    except (ImportError, AttributeError, KeyError) as e:
-        raise ReportError(f"cannot find the state machine {ref.get('name')!r}: {e}") from None
+    from hypothesis.stateful import RuleBasedStateMachine
+
+    machine = resolve(ref, lambda obj: isinstance(obj, type) and issubclass(obj, RuleBasedStateMachine),
+                      "state machine")
     replayer = type(machine.__name__, (machine,), {"__module__": machine.__module__})
     replayer._hypothesis_internal_use_reproduce_failure = (blob[0], blob[1].encode("ascii"))
     expected = (report.get("violation") or {}).get("name")

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from kvverify.reports.build import (
     describe_example,
     finish_report,
+    property_ref,
     resembles,
     suite_nodeid,
     versions,
@@ -131,11 +132,12 @@ def build_stateful_report(machine: type, exc: BaseException, *, found_by: str,
             if dataclasses.is_dataclass(v):
                 config_args.setdefault(k, v)
     violations = violations_from_exception(exc)
-    ref: dict[str, Any] = {"module": machine.__module__, "name": machine.__qualname__, "machine": True}
     try:
-        ref["file"] = os.path.relpath(inspect.getsourcefile(machine) or "")
-    except (TypeError, OSError, ValueError):
-        ref["file"] = None
+        source = inspect.getsourcefile(machine)
+    except (TypeError, OSError):
+        source = None
+    ref = property_ref(machine, file=source)
+    ref.update(name=machine.__qualname__, machine=True)
     report: dict[str, Any] = {
         "schema": SCHEMA, "kind": "stateful", "property": machine.__name__, "property_ref": ref,
         "target": target_name, "flaws": sorted(flaw_names), "fixes": sorted(fix_names),

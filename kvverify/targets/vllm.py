@@ -848,6 +848,9 @@ class UpstreamScheduler:
         self.finished: list[str] = []
         self.num_preemptions = 0
         self.current_step = 0
+        #: scheduled steps of requests carrying a Marconi shared-prefix junction
+        #: (``Request.shared_prefix_boundary > 0``): a Mamba-align prefill chunk stops there
+        self.junction_stops = 0
 
     def add_request(self, request: Any) -> None:
         """Queue a kvverify ``Request`` (as the engine's input processor would)."""
@@ -878,6 +881,7 @@ class UpstreamScheduler:
         self.current_step += 1
         out = sched.schedule()
         rids = list(out.num_scheduled_tokens)
+        self.junction_stops += sum(1 for rid in rids if getattr(sched.requests[rid], "shared_prefix_boundary", 0))
         sampled: list[list[int]] = []
         sampled_ids: list[str] = []
         for rid in rids:
