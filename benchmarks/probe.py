@@ -18,6 +18,32 @@ from hypothesis.errors import HypothesisException, UnsatisfiedAssumption
 from hypothesis.statistics import collector
 
 
+def preload_modules() -> int:
+    """Import every ``kvverify`` and ``benchmarks`` module up front; returns how many are loaded.
+
+    Hypothesis mines constants from the source of the *local* modules loaded so far and
+    mixes them into generation, so example counts depend on what was imported before (and
+    on lazy imports during a run). Loading everything first makes the counts of one section
+    the same whichever sections ran before it, and the same in every run of a tree.
+    """
+    import importlib
+    import pkgutil
+    import sys
+
+    import benchmarks
+    import kvverify
+
+    for package in (kvverify, benchmarks):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            if info.name.endswith((".run", ".profile")) and package is benchmarks:
+                continue
+            try:
+                importlib.import_module(info.name)
+            except Exception:  # noqa: BLE001 - an optional module (torch, vllm) may not import
+                pass
+    return len(sys.modules)
+
+
 def is_genuine_failure(e: BaseException) -> bool:
     return isinstance(e, Exception) and not isinstance(e, HypothesisException)
 

@@ -14,6 +14,25 @@ from hypothesis import settings
 
 from kvverify import flaws, profiles
 
+pytest_plugins = ["kvverify.pytest_reports"]  # counterexample reports for failing properties
+
+
+def _import_everything() -> None:
+    """Load every kvverify module up front.
+
+    Hypothesis draws constants from the local modules loaded so far, so a derandomized run
+    would otherwise depend on which tests happened to import what before it.
+    """
+    import importlib
+    import pkgutil
+
+    import kvverify
+    for info in pkgutil.walk_packages(kvverify.__path__, "kvverify."):
+        try:
+            importlib.import_module(info.name)
+        except Exception:  # noqa: BLE001 - optional extras (torch, vllm) may be missing
+            pass
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kvverify")
@@ -24,6 +43,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _import_everything()
     if not config.getoption("hypothesis_profile", default=None):
         settings.load_profile(profiles.default_profile())
     names = config.getoption("flaw") or []

@@ -25,6 +25,7 @@ from kvverify import reports
 
 _SINK = pytest.StashKey[Any]()
 _PROPERTIES: list[Any] = []  # kvverify.props bodies, found once per session
+_collected: list[str] = []  # report paths seen this session (the controller's view under xdist)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -66,8 +67,8 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
-    outcome = yield
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[Any]:
+    outcome: Any = yield
     if call.when != "call" or not _enabled(item.config):
         return
     rep = outcome.get_result()
@@ -97,7 +98,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         lines.append(f"counterexample report: {shown[:-5]}.md\nreplay: kvverify replay {shown}")
         rep.user_properties.append(("kvverify_report", shown))
     machine = getattr(obj, "_hypothesis_state_machine_class", None)  # Machine.TestCase.runTest
-    if not captures and machine is not None and exc is not None:
+    if not captures and machine is not None and exc is not None and not _hypothesis_error(exc):
         from kvverify import flaws
         try:
             paths = reports.report_stateful(
@@ -115,14 +116,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         rep.sections.append(("kvverify report", "\n".join(lines)))
 
 
+def _hypothesis_error(exc: BaseException) -> bool:
+    """Hypothesis's own complaints (health checks, flakiness, bad arguments): no counterexample."""
+    from hypothesis.errors import HypothesisException
+    return isinstance(exc, HypothesisException)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _collected.clear()
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # runs on the controller too under xdist: collect what the workers wrote
     for key, value in getattr(report, "user_properties", ()):
         if key == "kvverify_report":
             _collected.append(str(value))
 
-
-_collected: list[str] = []
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -8,8 +8,9 @@ the plain branch — or back to the boundary, which is usually the minimal examp
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from hypothesis import strategies as st
 
@@ -33,6 +34,33 @@ ATTENTION_KINDS = ("full", "sliding_window", "chunked_local", "mla")
 SOURCES = ("override", "memory", "profiled")
 
 
+def _memoized(factory: Callable[..., Any]) -> Callable[..., Any]:
+    """Reuse the strategy a factory built for the same (hashable) arguments.
+
+    Composites draw inner strategies built from earlier draws (``lengths(block_size)``,
+    ``model_specs(...)``, ``workloads(L)``); a fresh strategy object is validated and
+    analysed by Hypothesis on its first draw, which cost more than the draw itself.
+    Strategies are immutable descriptions, so reusing one draws exactly the same values.
+    (No new literals here: Hypothesis mines this module's constants into generation.)
+    """
+    cache: dict[Any, Any] = {}
+
+    @functools.wraps(factory)
+    def memo(*args: Any, **kwargs: Any) -> Any:
+        try:
+            key = (args, tuple(sorted(kwargs.items())))
+            strategy = cache.get(key)
+        except TypeError:  # an unhashable argument (a list of kinds): build it afresh
+            return factory(*args, **kwargs)
+        if strategy is None:
+            if len(cache) >= 4096:
+                cache.clear()
+            strategy = cache[key] = factory(*args, **kwargs)
+        return strategy
+
+    return memo
+
+
 @dataclass(frozen=True)
 class StartupCase:
     """A generated deployment: config, per-worker layer specs, and how it was drawn."""
@@ -49,26 +77,43 @@ class StartupCase:
         return tuple(s.kind for w in self.kv_cache_specs for s in w.values())
 
 
+_sampled = _memoized(st.sampled_from)  # sampled_from is not cached by Hypothesis itself
+_BLOCK_SIZES = _sampled(BLOCK_SIZES)
+_BUDGET_PRESETS = _sampled((2048, 8, 256, 64, 16))
+_OFFSETS = _sampled((0, 1, -1))
+_HEADS = _sampled((1, 2))
+_HEAD_SIZES = _sampled((8, 2, 4))
+_DTYPES = _sampled(("bfloat16", "float32", "fp8"))
+
+
+@_memoized
+def _patterns(pool: tuple[str, ...], max_size: int) -> st.SearchStrategy[list[str]]:
+    return st.lists(_sampled(pool), min_size=1, max_size=max_size)
+
+
+@_memoized
 def boundary_int(center: int, *, low: int, high: int, spread: int = 2) -> st.SearchStrategy[int]:
     """``center + d`` for small ``d`` (first branch), else any value in ``[low, high]``."""
     near = st.integers(-spread, spread).map(lambda d: min(high, max(low, center + d)))
     return st.one_of(near, st.integers(low, high))
 
 
+@_memoized
 def lengths(block_size: int, *, low: int = 2, high: int = 1024) -> st.SearchStrategy[int]:
     """Lengths at block multiples +-1 (first branch) or anywhere in ``[low, high]``."""
     multiples = st.builds(lambda k, d: min(high, max(low, k * block_size + d)),
-                          st.integers(1, max(1, high // block_size)), st.sampled_from((0, 1, -1)))
+                          st.integers(1, max(1, high // block_size)), _OFFSETS)
     return st.one_of(multiples, st.integers(low, high))
 
 
+@_memoized
 @st.composite
 def layer_kinds(draw, *, max_layers: int = 6, kinds: Sequence[str] = ATTENTION_KINDS,
                 allow_mamba: bool = True) -> list[str]:
     """A layer pattern: 1..max_layers kinds; at least one attention layer unless pure Mamba."""
-    pool = list(kinds) + (["mamba"] if allow_mamba else [])
+    pool = tuple(kinds) + (("mamba",) if allow_mamba else ())
     n = draw(st.integers(1, max_layers))
-    pattern = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=min(3, n)))
+    pattern = draw(_patterns(pool, min(3, n)))
     if "mla" in pattern:
         # Real MLA models are all-MLA: MLA's half-size page doubles its block size next to
         # other attention, which upstream's chunked-local lookup asserts against.
@@ -76,6 +121,7 @@ def layer_kinds(draw, *, max_layers: int = 6, kinds: Sequence[str] = ATTENTION_K
     return [pattern[i % len(pattern)] for i in range(n)]
 
 
+@_memoized
 @st.composite
 def model_specs(draw, block_size: int, max_model_len: int, *, mamba_mode: str = "none",
                 max_layers: int = 6, kinds: Sequence[str] = ATTENTION_KINDS,
@@ -88,12 +134,11 @@ def model_specs(draw, block_size: int, max_model_len: int, *, mamba_mode: str = 
     attention block grows until its page covers the Mamba state, which is padded up.
     """
     kinds_drawn = draw(layer_kinds(max_layers=max_layers, kinds=kinds, allow_mamba=allow_mamba))
-    heads = draw(st.sampled_from((1, 2)))
-    head_size = draw(st.sampled_from((8, 2, 4)))
-    dtype = draw(st.sampled_from(("bfloat16", "float32", "fp8")))
-    near_block = st.integers(1, 2 * block_size)  # windows / chunks within a couple of blocks
-    window = draw(st.one_of(lengths(block_size, low=1, high=max(2, 2 * max_model_len)), near_block))
-    chunk = draw(st.one_of(lengths(block_size, low=1, high=max(2, 2 * max_model_len)), near_block))
+    heads = draw(_HEADS)
+    head_size = draw(_HEAD_SIZES)
+    dtype = draw(_DTYPES)
+    window = draw(_window_or_chunk(block_size, max_model_len))
+    chunk = draw(_window_or_chunk(block_size, max_model_len))
     attn_block = block_size
     has_attention = any(k != "mamba" for k in kinds_drawn)
     mamba_state = None
@@ -130,6 +175,13 @@ def model_specs(draw, block_size: int, max_model_len: int, *, mamba_mode: str = 
     return specs
 
 
+@_memoized
+def _window_or_chunk(block_size: int, max_model_len: int) -> st.SearchStrategy[int]:
+    """A window / chunk size around block multiples, or within a couple of blocks."""
+    near_block = st.integers(1, 2 * block_size)
+    return st.one_of(lengths(block_size, low=1, high=max(2, 2 * max_model_len)), near_block)
+
+
 def effective_block_size(specs: dict[str, KVCacheSpec], block_size: int, max_model_len: int,
                          mamba_mode: str) -> int:
     """``cache_config.block_size`` after the model's config hook, as upstream sets it.
@@ -157,9 +209,9 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
     ``workers`` (sometimes two workers with different memory), ``lookahead`` (draw
     ``num_lookahead_tokens`` in 1..8, as speculative decoding reserves).
     """
-    block_size = draw(st.sampled_from(BLOCK_SIZES))
+    block_size = draw(_BLOCK_SIZES)
     max_model_len = draw(lengths(block_size, low=2, high=max_len))
-    budget = draw(st.one_of(st.sampled_from((2048, 8, 256, 64, 16)), lengths(block_size, low=1, high=2048)))
+    budget = draw(_budgets(block_size))
     prefix_caching = draw(st.booleans())
     # MambaModelConfig.verify_and_update_config: prefix caching <=> align mode.
     mamba_mode = "align" if prefix_caching else "none"
@@ -177,8 +229,8 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
     needed = blocks_per_request(groups, base) if groups else 1
     bpb = max(1, bytes_per_block(groups))
     target = draw(boundary_int(needed + 1, low=1, high=3 * needed + 8))
-    source = draw(st.sampled_from(tuple(sources)))
-    extra = draw(st.one_of(st.just(0), st.integers(0, bpb - 1)))
+    source = draw(_sampled(tuple(sources)))
+    extra = draw(_extra_bytes(bpb))
     memory = target * bpb + extra
     kw: dict = dict(block_size=block_size, max_num_batched_tokens=budget,
                     enable_prefix_caching=prefix_caching, mamba_cache_mode=mamba_mode,
@@ -192,7 +244,7 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
     if source == "override":
         kw["num_gpu_blocks_override"] = target
         # ignored for the count; generous first (the #27181 setting: a tiny override on a big GPU)
-        kw["kv_cache_memory_bytes"] = draw(st.one_of(st.just(4 * memory + bpb), st.integers(1, 4 * memory + 1)))
+        kw["kv_cache_memory_bytes"] = draw(_override_memory(memory, bpb))
     elif source == "memory":
         kw["kv_cache_memory_bytes"] = memory
         if workers and draw(st.integers(0, 4)) == 0:
@@ -204,6 +256,22 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
     return StartupCase(VllmConfig(**kw), worker_specs, source, available, target, needed)
 
 
+@_memoized
+def _budgets(block_size: int) -> st.SearchStrategy[int]:
+    return st.one_of(_BUDGET_PRESETS, lengths(block_size, low=1, high=2048))
+
+
+@_memoized
+def _extra_bytes(bpb: int) -> st.SearchStrategy[int]:
+    return st.one_of(st.just(0), st.integers(0, bpb - 1))
+
+
+@_memoized
+def _override_memory(memory: int, bpb: int) -> st.SearchStrategy[int]:
+    return st.one_of(st.just(4 * memory + bpb), st.integers(1, 4 * memory + 1))
+
+
+@_memoized
 @st.composite
 def workloads(draw, max_model_len: int, *, max_requests: int = 4, max_outputs: int = 64,
               shared_prefix: bool = True) -> list[WorkloadSpec]:
@@ -226,6 +294,7 @@ def workloads(draw, max_model_len: int, *, max_requests: int = 4, max_outputs: i
     return out
 
 
+@_memoized
 def output_split(max_model_len: int, *, max_outputs: int = 64) -> st.SearchStrategy[int]:
     """Outputs of a full-length request: 1 (prompt-heavy) first, else up to ``max_outputs``."""
     hi = max(1, min(max_outputs, max_model_len - 1))

@@ -320,3 +320,145 @@ def test_reference_and_vllm_agree_on_workloads(vllm_target, case: StartupCase, l
                 y if name != "trace" else rb.trace[first:first + 3] if first is not None else len(y),
                 num_blocks=ref.num_blocks, starts=ref.starts, max_model_len=ref.vllm_config.max_model_len,
                 groups=_groups_view(ref), first_differing_step=first))
+
+
+# ------------------------------------------------- the findings, replayed on real vLLM
+
+def _finding_f1(t) -> None:
+    """F1: upstream logs N / blocks: 1.00x on a pool whose N - 1 usable blocks serve no request,
+    2.00x on one where two full-length requests cannot run together."""
+    from kvverify.config import VllmConfig
+    from kvverify.driver import WorkloadSpec
+    from kvverify.specs import FullAttentionSpec
+
+    spec = {"l0": FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8)}
+    plan = t.plan(VllmConfig(block_size=16, max_model_len=32, num_gpu_blocks_override=2), [spec])
+    assert not plan.starts and plan.blocks_needed_per_request == 2
+    assert t.max_concurrency(plan) == 1.0, "F1 no longer reproduces: upstream does not report 1.00x"
+    plan = t.plan(VllmConfig(block_size=16, max_model_len=32, num_gpu_blocks_override=4), [spec])
+    assert plan.starts and t.max_concurrency(plan) == 2.0
+    both = [WorkloadSpec(f"r{i}", tuple(range(100 * i, 100 * i + 16)), 16) for i in range(2)]
+    result = t.run_workload(plan, both)
+    assert result.completed and result.preemptions >= 1, result  # they could not run together
+
+
+def _finding_f2(t) -> None:
+    """F2: chunked-local cap one block short when B does not divide C -> livelock at the startup size."""
+    from kvverify.config import VllmConfig
+    from kvverify.specs import ChunkedLocalAttentionSpec
+    from kvverify.workloads import full_length_request
+
+    spec = {"l0": ChunkedLocalAttentionSpec(block_size=32, num_kv_heads=1, head_size=8, attention_chunk_size=3)}
+    plan = t.plan(VllmConfig(block_size=32, max_model_len=64, max_num_batched_tokens=8,
+                             num_gpu_blocks_override=2, enable_prefix_caching=False), [spec])
+    assert plan.starts and plan.blocks_per_group == (1,)
+    result = t.run_workload(plan, [full_length_request(64, 1)])
+    assert result.stall_reason == "no_progress" and result.preemptions > 0, "F2 no longer reproduces"
+
+
+def _finding_f3(t) -> None:
+    """F3: the check refuses a pool on which every admissible generate request completes."""
+    from kvverify.config import VllmConfig
+    from kvverify.specs import FullAttentionSpec
+    from kvverify.workloads import full_length_request
+
+    plan = t.plan(VllmConfig(block_size=1, max_model_len=2, num_gpu_blocks_override=2),
+                  [{"l0": FullAttentionSpec(block_size=1, num_kv_heads=1, head_size=8)}])
+    assert not plan.starts, "F3 no longer reproduces: the check accepts L=2, B=1, N=2"
+    assert t.run_workload(plan, [full_length_request(2, 1)]).completed
+
+
+def _finding_f4(t) -> None:
+    """F4: with one lookahead slot a chunked-local engine that passed its check livelocks."""
+    from kvverify.config import VllmConfig
+    from kvverify.specs import ChunkedLocalAttentionSpec
+    from kvverify.workloads import full_length_request
+
+    spec = {"l0": ChunkedLocalAttentionSpec(block_size=32, num_kv_heads=1, head_size=8, attention_chunk_size=16)}
+    plan = t.plan(VllmConfig(block_size=32, max_model_len=512, max_num_batched_tokens=8, num_gpu_blocks_override=2,
+                             num_lookahead_tokens=1, enable_prefix_caching=False), [spec])
+    assert plan.starts
+    result = t.run_workload(plan, [full_length_request(512, 1)])
+    assert result.stall_reason == "no_progress" and result.preemptions >= 10, "F4 no longer reproduces"
+
+
+def _finding_f5(t) -> None:
+    """F5: the SWA cap's +1 is never held when L <= W - 1 + F (W=8, B=4, F=8, L=14: cap 5)."""
+    from kvverify.config import VllmConfig
+    from kvverify.driver import WorkloadSpec
+    from kvverify.specs import SlidingWindowSpec
+
+    plan = t.plan(VllmConfig(block_size=4, max_model_len=14, max_num_batched_tokens=8, num_gpu_blocks_override=100,
+                             enable_prefix_caching=False),
+                  [{"s": SlidingWindowSpec(block_size=4, num_kv_heads=1, head_size=8, sliding_window=8)}])
+    assert plan.blocks_per_group == (5,), "F5 no longer reproduces: the cap changed"
+    most = 0
+    for outputs in range(1, 14):
+        for other in range(0, 4):  # a competing request shifts the chunk schedule
+            held = [0]
+
+            def on_step(sched, step, held=held):
+                held[0] = max(held[0], sched.kv_cache_manager.num_held_blocks("r"))
+
+            work = [WorkloadSpec("r", tuple(range(14 - outputs)), outputs)]
+            if other:
+                work.insert(0, WorkloadSpec("x", tuple(range(500, 500 + other)), 1))
+            t.run_workload(plan, work, on_step=on_step)
+            most = max(most, held[0])
+    assert most < 5, most
+
+
+def _finding_f6_estimate(t) -> None:
+    """F6 (1): the public estimate is refused by the public check for the same memory."""
+    from kvverify.config import VllmConfig
+    from kvverify.specs import FullAttentionSpec
+
+    spec = {"l0": FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype="float16")}
+    memory = 128 * spec["l0"].page_size_bytes
+    est = t.estimate_max_model_len(VllmConfig(block_size=16, max_model_len=4096, kv_cache_memory_bytes=memory),
+                                   spec, memory)
+    assert est == 2048
+    refusal = t.check_enough_kv_cache_memory(VllmConfig(block_size=16, max_model_len=est,
+                                                        kv_cache_memory_bytes=memory), spec, memory)
+    assert refusal is not None and "estimated maximum model length is 2032" in refusal, "F6 no longer reproduces"
+
+
+def _finding_f6_check(t) -> None:
+    """F6 (2): the public check passes memory the planner refuses (group padding)."""
+    from kvverify.config import VllmConfig
+    from kvverify.specs import FullAttentionSpec, SlidingWindowSpec
+
+    common = dict(block_size=16, num_kv_heads=2, head_size=64, dtype="float16")
+    specs = {"f0": FullAttentionSpec(**common), "f1": FullAttentionSpec(**common),
+             **{f"s{i}": SlidingWindowSpec(**common, sliding_window=64) for i in range(3)}}
+    memory = 160 * specs["f0"].page_size_bytes
+    config = VllmConfig(block_size=16, max_model_len=1024, max_num_batched_tokens=64, kv_cache_memory_bytes=memory)
+    assert t.check_enough_kv_cache_memory(config, specs, memory) is None, "F6 no longer reproduces"
+    plan = t.plan(config, [specs])
+    assert not plan.starts and plan.blocks_per_group == (64, 9, 9)
+
+
+def _finding_f7(t) -> None:
+    """F7: a chunked-local hybrid with unequal pages starts, then asserts on its first request."""
+    from kvverify.config import VllmConfig
+    from kvverify.specs import ChunkedLocalAttentionSpec, FullAttentionSpec
+    from kvverify.workloads import full_length_request
+
+    specs = {"l0": FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8),
+             "l1": ChunkedLocalAttentionSpec(block_size=16, num_kv_heads=2, head_size=8, attention_chunk_size=64)}
+    plan = t.plan(VllmConfig(block_size=16, max_model_len=256, max_num_batched_tokens=64,
+                             kv_cache_memory_bytes=1 << 24), [specs])
+    assert plan.starts and [g.kv_cache_spec.block_size for g in plan.groups] == [32, 16]
+    with pytest.raises(AssertionError, match="not compatible with chunked local attention"):
+        t.run_workload(plan, [full_length_request(100, 1)])
+
+
+FINDINGS = {"F1": _finding_f1, "F2": _finding_f2, "F3": _finding_f3, "F4": _finding_f4, "F5": _finding_f5,
+            "F6-estimate": _finding_f6_estimate, "F6-check": _finding_f6_check, "F7": _finding_f7}
+
+
+@pytest.mark.parametrize("finding", sorted(FINDINGS))
+def test_finding_reproduces_on_vllm(vllm_target, finding: str) -> None:
+    """Every finding's minimal counterexample, replayed on the real, pinned vLLM (strict: the
+    day upstream changes, this fails and names the finding). See reports/findings/."""
+    FINDINGS[finding](vllm_target)

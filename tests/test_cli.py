@@ -202,6 +202,7 @@ def _run_lines(text: str) -> list[str]:
 
 
 def _placeholders(command: str) -> str:
+    command = re.sub(r"\$\{\{[^}]*shard[^}]*\}\}", "1/2", command)  # a matrix shard is I/N
     command = re.sub(r"\$\{\{[^}]*\}\}", "1", command)
     return re.sub(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", "1", command)
 

@@ -7,6 +7,7 @@ it explicit makes the strict known failures independent of what random search re
 from __future__ import annotations
 
 from kvverify.config import VllmConfig
+from kvverify.driver import WorkloadSpec
 from kvverify.specs import ChunkedLocalAttentionSpec, FullAttentionSpec
 from kvverify.strategies import StartupCase
 
@@ -33,3 +34,14 @@ F4_CASE = StartupCase(VllmConfig(block_size=32, max_model_len=512, max_num_batch
                       ({"model.layers.0": ChunkedLocalAttentionSpec(block_size=32, num_kv_heads=1, head_size=8,
                                                                      attention_chunk_size=16)},),
                       "override", None, 2, 1)
+
+
+#: F2: chunked local C=1, B=16, M=3, L=19, N=3 (cap 1 block + 1 + null): a 17-token prompt in
+#: chunks of 3 straddles a block boundary mid-chunk and holds 2 blocks against a cap of 1.
+F2_CASE = StartupCase(VllmConfig(block_size=16, max_model_len=19, max_num_batched_tokens=3,
+                                 num_gpu_blocks_override=3, kv_cache_memory_bytes=1,
+                                 enable_prefix_caching=False),
+                      ({"model.layers.0": ChunkedLocalAttentionSpec(block_size=16, num_kv_heads=1, head_size=8,
+                                                                     attention_chunk_size=1)},),
+                      "override", None, 3, 2)
+F2_WORKLOAD = (WorkloadSpec("r0", tuple(range(10_000, 10_017)), 2),)

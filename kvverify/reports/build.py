@@ -258,7 +258,7 @@ def _pytest_command(nodeid: str | None, ref: Mapping[str, Any], flaw_names: Sequ
     if target is None:
         return None
     flags = "".join(f" --flaw {n}" for n in flaw_names)
-    return f"python -m pytest '{target}'{flags} -p no:randomly"
+    return f"python -m pytest '{target}'{flags}"
 
 
 def suite_nodeid(name: str, file: str | None = None, suite: str | os.PathLike[str] = "properties") -> str | None:
@@ -349,7 +349,7 @@ def describe_example(kwargs: Mapping[str, Any]) -> dict[str, Any]:
         out["workers"] = workers
     if groups:
         out["groups"] = groups
-    scalars = {}
+    scalars: dict[str, Any] = {}
     for k, v in kwargs.items():
         if isinstance(v, (ReplayData, RecordingData)):
             scalars[k] = [{"label": d["label"], "value": summarize(d["value"])} for d in v.draws]
@@ -403,7 +403,7 @@ def trace_of(workloads: Sequence[tuple[list[Any], Any]]) -> dict[str, Any] | Non
     if not workloads:
         return None
     workload, result = workloads[-1]
-    rows = [list(r) for r in getattr(result, "trace", ())]
+    rows: list[list[Any] | None] = [list(r) for r in getattr(result, "trace", ())]
     elided = 0
     if len(rows) > MAX_TRACE_ROWS:
         elided = len(rows) - MAX_TRACE_ROWS

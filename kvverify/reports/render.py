@@ -144,7 +144,7 @@ details[open] summary:before{content:"▾ "}
 code,pre{font:12.5px/1.45 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
 pre{background:#1d2330;color:#e8ebf2;padding:10px 12px;border-radius:6px;overflow-x:auto}
 .changed{font-weight:700}.muted{color:#8a93a6}h3{margin:16px 0 4px;font-size:15px}
-.summary td{font-size:14px}
+.summary td{font-size:14px}table.facts th{background:none;width:11em;color:#5a6375}
 """
 
 
@@ -167,22 +167,27 @@ def _html_table(header: Sequence[str], rows: Iterable[Sequence[Any]], classes: s
     return f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def _html_report(path: Path, r: Mapping[str, Any]) -> str:
+def _html_facts(rows: Iterable[tuple[str, Any]]) -> str:
+    body = "".join(f"<tr><th>{_h(k)}</th><td>{_h(v)}</td></tr>" for k, v in rows)
+    return f'<table class="facts"><tbody>{body}</tbody></table>'
+
+
+def _html_report(path: Path, r: Mapping[str, Any], open_: bool = False) -> str:
     v = r.get("violation") or {}
     tags = "".join(f'<span class="tag flaw">flaw {_h(f)}</span>' for f in r.get("flaws") or [])
     if r.get("known_finding"):
         tags += '<span class="tag finding">known finding</span>'
     if not r.get("flaws"):
         tags += '<span class="tag ref">reference</span>'
-    parts = [f'<details id="{_h(r.get("id"))}"><summary><code>{_h(v.get("name"))}</code> — '
+    parts = [f'<details id="{_h(r.get("id"))}"{" open" if open_ else ""}><summary><code>{_h(v.get("name"))}</code> — '
              f'{_h(r.get("property"))}{tags}<br><span class="reason">{_h(v.get("reason"))}</span></summary>']
-    facts = [("report", path.name), ("property", ref_text(r.get("property_ref") or {})),
+    facts = [("report", path.name), ("property", ref_text(r.get("property_ref") or {}).replace("`", "")),
              ("target", r.get("target")), ("found by", (r.get("run") or {}).get("found_by"))]
     for res in r.get("resembles") or []:
         facts.append(("resembles upstream", f"{res['upstream']} — {res['symptom']} ({res['defect']})"))
     if r.get("known_finding"):
         facts.append(("known finding", r["known_finding"]))
-    parts.append(_html_table(["", ""], facts))
+    parts.append(_html_facts(facts))
     replay = r.get("replay") or {}
     # the command for where the file is now (reports move: CI artifacts, merged shards)
     cmds = [f"kvverify replay {display_path(path)}"] + [replay.get(k) for k in ("equivalent", "pytest")
@@ -275,7 +280,8 @@ def render_index(directory: str | os.PathLike[str] | None = None) -> tuple[Path,
             "Replay any of them with <code>kvverify replay reports/&lt;report&gt;.json</code> "
             "(exit 1: still failing, 0: passes now).</p></header><main>"
             f"{summary}{finding_html}<h2>Reports</h2>"
-            + "".join(_html_report(p, r) for p, r in reports) + "</main></body></html>\n")
+            + "".join(_html_report(p, r, open_=len(reports) <= 3) for p, r in reports)
+            + "</main></body></html>\n")
     html_path = where / INDEX_HTML
     atomic_write_text(html_path, page)
     return md_path, html_path, len(reports)

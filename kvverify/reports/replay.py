@@ -162,7 +162,7 @@ def replay_report(report: Mapping[str, Any], *, target: str | None = None,
 
         runner = functools.wraps(inner)(once)
         test = given(**given_kwargs)(runner)
-        test.hypothesis_explicit_examples = []  # never share (or grow) the property's own list
+        test.hypothesis_explicit_examples = []  # type: ignore[attr-defined]  # never share (or grow) the property's own list
         test = example(**example_kwargs)(test)
         test = settings(database=None, deadline=None, phases=[Phase.explicit], print_blob=False,
                         suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)(test)
@@ -195,7 +195,7 @@ def _replay_lemma(report: Mapping[str, Any], use_flaws: list[str], use_fixes: li
     from kvverify.lemmas.core import prove
 
     ref = report.get("property_ref") or {}
-    lemma = get(ref.get("lemma"))
+    lemma = get(str(ref.get("lemma")))
     if len(use_flaws) > 1:
         raise ReportError("a lemma replays with at most one flaw")
     fix = bool(use_fixes) and lemma.finding is not None and lemma.finding.fix in use_fixes
@@ -228,7 +228,8 @@ def _replay_stateful(report: Mapping[str, Any], use_flaws: list[str], use_fixes:
     machine = resolve(ref, lambda obj: isinstance(obj, type) and issubclass(obj, RuleBasedStateMachine),
                       "state machine")
     replayer = type(machine.__name__, (machine,), {"__module__": machine.__module__})
-    replayer._hypothesis_internal_use_reproduce_failure = (blob[0], blob[1].encode("ascii"))
+    blob_bytes = (blob[0], blob[1].encode("ascii"))
+    replayer._hypothesis_internal_use_reproduce_failure = blob_bytes  # type: ignore[attr-defined]
     expected = (report.get("violation") or {}).get("name")
     with switched(use_flaws, use_fixes):
         try:

@@ -85,7 +85,7 @@ def decode(data: Any) -> Any:
             raise ReportError(f"{data['__dataclass__']} is not a dataclass")
         kwargs = {k: decode(v) for k, v in data.get("fields", {}).items()}
         try:
-            return cls(**kwargs)
+            return cls(**kwargs)  # type: ignore[operator]
         except TypeError as e:
             raise ReportError(f"cannot rebuild {data['__dataclass__']}: {e} "
                               "(has the class changed since the report was written?)") from None

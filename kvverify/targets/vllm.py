@@ -132,17 +132,29 @@ def _upstream() -> SimpleNamespace:
     with _LOCK:
         if _UP is not None:
             return _UP
+        import importlib.util
+        try:
+            present = importlib.util.find_spec("vllm") is not None
+        except (ImportError, ValueError):
+            present = False
+        if not present:  # fail fast, without importing torch or touching the environment
+            raise KVVerifyError(f"the vllm target needs vLLM {PINNED_VERSION}, which is not "
+                                f"installed for {sys.executable}; {INSTALL_HINT}")
+        before = dict(os.environ)
         os.environ.update(_FORCED_ENV)
         for k, v in _DEFAULT_ENV.items():
             os.environ.setdefault(k, v)
         os.environ.setdefault("VLLM_CACHE_ROOT", tempfile.mkdtemp(prefix="kvverify-vllm-cache-"))
-        with _preserved_environ():
-            try:
+        try:
+            with _preserved_environ():
                 import torch
                 import vllm
-            except ImportError as e:
-                raise KVVerifyError(f"the vllm target needs vLLM {PINNED_VERSION}, which is not "
-                                    f"importable here ({type(e).__name__}: {e}); {INSTALL_HINT}") from e
+        except ImportError as e:
+            os.environ.clear()
+            os.environ.update(before)  # leave the process as it was
+            raise KVVerifyError(f"the vllm target needs vLLM {PINNED_VERSION}, which is not "
+                                f"importable here ({type(e).__name__}: {e}); {INSTALL_HINT}") from e
+        with _preserved_environ():
             if getattr(vllm, "__version__", None) != PINNED_VERSION:
                 raise KVVerifyError(
                     f"the vllm target is pinned to vLLM {PINNED_VERSION}, found "
@@ -703,8 +715,10 @@ class _CachedBlockView:
 
     @property
     def block_hash(self) -> Any:
-        keys = self._pool.cached_block_hashes_by_block.get(self._block.block_id)
-        return _AnyOf(keys) if keys else self._block.block_hash
+        extra = self._pool.cached_block_hashes_by_block.get(self._block.block_id)
+        if not extra:
+            return self._block.block_hash
+        return _AnyOf({self._block.block_hash, *extra} - {None})
 
 
 class _AnyOf:
