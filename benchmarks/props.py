@@ -133,6 +133,7 @@ def measure_property(suite: str, path: str, fixes_on: tuple[str, ...], max_examp
     totals["cpu_seconds"] = round(totals["cpu_seconds"], 3)
     row.update(totals, seconds=round(seconds, 3),
                examples_per_s=round(totals["valid"] / seconds, 1) if seconds else None,
+               examples_per_cpu_s=round(totals["valid"] / totals["cpu_seconds"], 1) if totals["cpu_seconds"] else None,
                draws_per_s=round(examples / seconds, 1) if seconds else None,
                invalid_fraction=round(totals["invalid"] / examples, 3) if examples else None,
                invalid_reasons=dict(sorted(reasons.items(), key=lambda kv: -kv[1])[:4]),
@@ -179,13 +180,14 @@ def table(data: dict):
     from rich.table import Table
 
     t = Table(title=f"Property throughput (ci profile, max_examples={data['max_examples']}, one process)")
-    for col in ("suite", "property", "valid", "invalid", "seconds", "examples/s", "filter retries", "note"):
-        t.add_column(col, justify="right" if col in ("valid", "invalid", "seconds", "examples/s",
-                                                       "filter retries") else "left", overflow="fold")
+    for col in ("suite", "property", "valid", "invalid", "seconds", "examples/s", "per CPU s", "filter retries",
+                "note"):
+        t.add_column(col, justify="left" if col in ("suite", "property", "note") else "right", overflow="fold")
     for r in data["rows"]:
         note = r["error"] or (f"under fix {', '.join(r['fixes'])}" if r["fixes"] else "")
         t.add_row(r["suite"], r["property"], str(r["valid"]), f"{r['invalid']} ({(r['invalid_fraction'] or 0):.0%})",
-                  f"{r['seconds']:.2f}", f"{r['examples_per_s'] or 0:,.0f}", str(r["filter_retries"]), note)
+                  f"{r['seconds']:.2f}", f"{r['examples_per_s'] or 0:,.0f}", f"{r.get('examples_per_cpu_s') or 0:,.0f}",
+                  str(r["filter_retries"]), note)
     if "pytest" in data:
         p = data["pytest"]
         t.caption = (f"{p['command']}: {p['wall_s']:.1f} s wall, {p.get('cpu_s', 0):.1f} s CPU (all workers), "

@@ -211,13 +211,13 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
     """
     block_size = draw(_BLOCK_SIZES)
     max_model_len = draw(lengths(block_size, low=2, high=max_len))
-    budget = draw(_budgets(block_size))
     prefix_caching = draw(st.booleans())
     # MambaModelConfig.verify_and_update_config: prefix caching <=> align mode.
     mamba_mode = "align" if prefix_caching else "none"
     specs = draw(model_specs(block_size, max_model_len, mamba_mode=mamba_mode, max_layers=max_layers,
                              kinds=kinds, allow_mamba=allow_mamba))
     block_size = effective_block_size(specs, block_size, max_model_len, mamba_mode)
+    budget = draw(_budgets(block_size))
     auto = allow_auto and draw(st.booleans()) and draw(st.booleans())
     base = VllmConfig(block_size=block_size, max_model_len=max_model_len, max_num_batched_tokens=budget,
                       enable_prefix_caching=prefix_caching, mamba_cache_mode=mamba_mode,
@@ -258,7 +258,9 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
 
 @_memoized
 def _budgets(block_size: int) -> st.SearchStrategy[int]:
-    return st.one_of(_BUDGET_PRESETS, lengths(block_size, low=1, high=2048))
+    """Token budgets: common values, block multiples +-1, or at most one block (chunks that
+    do not fill a block: the Mamba-align rounding of #34445, misaligned chunked prefill)."""
+    return st.one_of(_BUDGET_PRESETS, lengths(block_size, low=1, high=2048), st.integers(1, max(1, block_size)))
 
 
 @_memoized

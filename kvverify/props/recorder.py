@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import threading
+
+from hypothesis.errors import UnsatisfiedAssumption
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -37,6 +39,8 @@ def recorded(fn: Callable[..., Any]) -> Callable[..., Any]:
         RECORDER.examples += 1
         try:
             return fn(*args, **kwargs)
+        except UnsatisfiedAssumption:
+            raise  # assume() rejected the example: not a failure
         except BaseException as e:  # noqa: BLE001 - recorded, then re-raised unchanged
             if RECORDER.first_failure_at is None:
                 RECORDER.first_failure_at = RECORDER.examples
