@@ -13,7 +13,7 @@ BlockPool keeps is reserved.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
 from kvverify import arith
@@ -286,6 +286,7 @@ def plan_kv_cache(vllm_config: VllmConfig, kv_cache_specs: Sequence[Mapping[str,
     configs = [c if c.num_blocks == min_blocks else
                get_kv_cache_config_from_groups(c.kv_cache_groups, min_blocks) for c in configs]
 
+    config = _engine_block_size(config, global_groups)
     return StartupPlan(
         vllm_config=config, groups=tuple(global_groups), kv_cache_configs=tuple(configs),
         available_memory=tuple(memory), check_memory=tuple(check_mem),
@@ -293,6 +294,16 @@ def plan_kv_cache(vllm_config: VllmConfig, kv_cache_specs: Sequence[Mapping[str,
         blocks_per_group=tuple(group_blocks_per_request(g, config) for g in global_groups),
         starts=error is None, error=error, auto_fit_max_model_len=auto_fit_len,
         worker_groups=tuple(tuple(g) for g in worker_groups))
+
+
+def _engine_block_size(config: VllmConfig, groups: Sequence[KVCacheGroupSpec]) -> VllmConfig:
+    """``EngineCore._initialize_kv_caches``: ``cache_config.block_size`` becomes the smallest
+    prefix-cacheable group block size before block sizes are resolved (all groups if none)."""
+    if not groups:
+        return config
+    cacheable = [g.kv_cache_spec.block_size for g in groups if g.kv_cache_spec.prefix_cacheable]
+    block_size = min(cacheable or [g.kv_cache_spec.block_size for g in groups])
+    return config if block_size == config.block_size else replace(config, block_size=block_size)
 
 
 def _auto_fit_max_model_len(config: VllmConfig, worker_groups: Sequence[Sequence[KVCacheGroupSpec]],

@@ -43,9 +43,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # the profile first: settings objects built while importing inherit the loaded default
+    settings.load_profile(config.getoption("hypothesis_profile", default=None) or profiles.default_profile())
     _import_everything()
-    if not config.getoption("hypothesis_profile", default=None):
-        settings.load_profile(profiles.default_profile())
+    if config.getoption("target") == "vllm":
+        from kvverify.targets import get_target
+        try:
+            get_target("vllm")
+        except ValueError as e:
+            raise pytest.UsageError(f"--target vllm: {e}") from None
     names = config.getoption("flaw") or []
     if names:
         try:

@@ -17,7 +17,8 @@ Skipped, with the reason, when the pinned vLLM is not importable (see
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import event, given, note
@@ -28,7 +29,12 @@ from kvverify.errors import KVVerifyError
 from kvverify.invariants.base import Violation, assert_no_violations
 from kvverify.planner import StartupPlan, get_max_concurrency_for_kv_cache_config
 from kvverify.props.recorder import recorded
-from kvverify.strategies import BlockSizeCase, StartupCase, block_size_cases, startup_cases
+from kvverify.strategies import (
+    BlockSizeCase,
+    StartupCase,
+    block_size_cases,
+    startup_cases,
+)
 from kvverify.targets.reference import ReferenceTarget
 
 
@@ -205,8 +211,13 @@ def wide_startup_cases(draw) -> StartupCase:
     with different layer sets (pipeline parallel). Either both targets refuse or both plan.
     """
     from kvverify.config import VllmConfig
-    from kvverify.specs import (ChunkedLocalAttentionSpec, FullAttentionSpec, MambaSpec, MLAAttentionSpec,
-                                SlidingWindowSpec)
+    from kvverify.specs import (
+        ChunkedLocalAttentionSpec,
+        FullAttentionSpec,
+        MambaSpec,
+        MLAAttentionSpec,
+        SlidingWindowSpec,
+    )
     from kvverify.strategies import BLOCK_SIZES, lengths
 
     block_size = draw(st.sampled_from(BLOCK_SIZES))
@@ -394,7 +405,7 @@ def _finding_f5(t) -> None:
     assert plan.blocks_per_group == (5,), "F5 no longer reproduces: the cap changed"
     most = 0
     for outputs in range(1, 14):
-        for other in range(0, 4):  # a competing request shifts the chunk schedule
+        for other in range(4):  # a competing request shifts the chunk schedule
             held = [0]
 
             def on_step(sched, step, held=held):

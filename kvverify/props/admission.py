@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from kvverify.invariants.admission import check_admitted_on_empty_pool, check_workload_completes
 from kvverify.invariants.base import assert_no_violations
-from kvverify.props.known import assert_or_known
+from kvverify.props.known import check_or_known
 from kvverify.props.recorder import recorded
 from kvverify.strategies import StartupCase, lengths, startup_cases, workloads
 
@@ -43,5 +43,5 @@ def test_admitted_workload_completes(target, case: StartupCase, data) -> None:
     workload = data.draw(workloads(plan.vllm_config.max_model_len), label="workload")
     note(f"num_blocks={plan.num_blocks} needed={plan.blocks_needed_per_request}")
     event(f"requests={len(workload)}")
-    assert_or_known(target, lambda: check_workload_completes(
-        target, target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory), workload))
+    check_or_known(target, lambda t: check_workload_completes(
+        t, t.plan(case.vllm_config, case.kv_cache_specs, case.available_memory), workload))

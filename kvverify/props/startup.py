@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from kvverify.invariants.base import assert_no_violations
 from kvverify.invariants.startup import check_auto_fit, check_startup_vs_runtime
-from kvverify.props.known import assert_or_known
+from kvverify.props.known import check_or_known
 from kvverify.props.recorder import recorded
 from kvverify.props import examples as ex
 from kvverify.catalog_strategies import catalog_cases
@@ -49,8 +49,8 @@ def test_startup_check_passes_implies_servable(target, case: StartupCase, output
     """Check passes => a max_model_len request completes alone, over every spec mix and source."""
     plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
     _events(case, plan)
-    assert_or_known(target, lambda: check_startup_vs_runtime(
-        target, target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory), outputs,
+    check_or_known(target, lambda t: check_startup_vs_runtime(
+        t, t.plan(case.vllm_config, case.kv_cache_specs, case.available_memory), outputs,
         check_strictness=False))
 
 
@@ -64,8 +64,8 @@ def test_auto_fit_is_servable_and_maximal(target, case: StartupCase, outputs: in
                                                  max_position_embeddings=case.vllm_config.max_model_len))
     plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
     _events(case, plan)
-    assert_or_known(target, lambda: check_auto_fit(
-        target, target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory),
+    check_or_known(target, lambda t: check_auto_fit(
+        t, t.plan(case.vllm_config, case.kv_cache_specs, case.available_memory),
         case.kv_cache_specs, case.available_memory, outputs))
 
 
@@ -105,5 +105,5 @@ def test_catalog_models_startup_agrees_with_runtime(target, case, outputs: int) 
     plan = target.plan(config, [case.layer_specs])
     event(f"model={case.model}")
     event("boundary" if abs(plan.num_blocks - 1 - plan.blocks_needed_per_request) <= 1 else "off boundary")
-    assert_or_known(target, lambda: check_startup_vs_runtime(target, target.plan(config, [case.layer_specs]),
-                                                             outputs, check_strictness=False))
+    check_or_known(target, lambda t: check_startup_vs_runtime(t, t.plan(config, [case.layer_specs]),
+                                                              outputs, check_strictness=False))

@@ -26,6 +26,11 @@ class ReferenceTarget:
     def run_workload(self, plan: StartupPlan, workload: Sequence[WorkloadSpec], **kw) -> WorkloadResult:
         return run_workload(plan.vllm_config, plan.kv_cache_config, workload, **kw)
 
+    def scheduler(self, plan: StartupPlan):
+        """A fresh scheduler over the plan (block sizes resolved as the engine does)."""
+        from kvverify.scheduler import Scheduler
+        return Scheduler(plan.vllm_config, plan.kv_cache_config)
+
     def kv_cache_manager(self, plan: StartupPlan):
         """A fresh ``KVCacheManager`` over the plan's pool, block sizes as the engine resolves them."""
         from kvverify.kv_cache_manager import KVCacheManager

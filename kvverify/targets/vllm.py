@@ -38,14 +38,16 @@ import os
 import sys
 import tempfile
 import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from kvverify import specs as kv
 from kvverify.block_sizes import BlockSizeError
 from kvverify.config import VllmConfig
-from kvverify.driver import WorkloadResult, WorkloadSpec, run_workload as drive
+from kvverify.driver import WorkloadResult, WorkloadSpec
+from kvverify.driver import run_workload as drive
 from kvverify.errors import ConfigError, KVVerifyError
 from kvverify.grouping import GroupingError, KVCacheGroupSpec
 from kvverify.ops import cdiv
@@ -166,12 +168,15 @@ def _upstream() -> SimpleNamespace:
                 from vllm.config import VllmConfig as UpVllmConfig
                 from vllm.sampling_params import SamplingParams
                 from vllm.utils.hashing import get_hash_fn_by_name
+                from vllm.v1 import kv_cache_interface as iface
                 from vllm.v1.attention.backends.utils import (
                     get_supported_kv_cache_layouts,
                     resolve_kv_cache_layout,
                 )
                 from vllm.v1.core import kv_cache_planning as planning
-                from vllm.v1.core.kv_cache_config_builder import get_kv_cache_config_builder
+                from vllm.v1.core.kv_cache_config_builder import (
+                    get_kv_cache_config_builder,
+                )
                 from vllm.v1.core.kv_cache_coordinator import get_kv_cache_coordinator
                 from vllm.v1.core.kv_cache_manager import KVCacheManager
                 from vllm.v1.core.kv_cache_utils import (
@@ -182,8 +187,9 @@ def _upstream() -> SimpleNamespace:
                     resolve_kv_cache_block_sizes,
                 )
                 from vllm.v1.core.sched.scheduler import Scheduler
-                from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
-                from vllm.v1 import kv_cache_interface as iface
+                from vllm.v1.core.single_type_kv_cache_manager import (
+                    register_all_kvcache_specs,
+                )
                 from vllm.v1.outputs import ModelRunnerOutput
                 from vllm.v1.request import Request
                 from vllm.v1.structured_output import StructuredOutputManager
@@ -557,7 +563,7 @@ class VllmTarget:
                 return up.resolve_kv_cache_block_sizes(cfg, vc)
             except ValueError as e:
                 raise BlockSizeError(str(e)) from e
-            except Exception as e:  # noqa: BLE001 - an assertion is a finding, reported as such
+            except Exception as e:
                 raise KVVerifyError(f"upstream resolve_kv_cache_block_sizes raised "
                                     f"{type(e).__name__}: {e}") from e
 
