@@ -125,9 +125,10 @@ def _in_auto_fit() -> bool:
     return _AUTO_FIT_DEPTH > 0
 
 
-def check_enough_kv_cache_memory(available_memory: int, groups: Sequence[KVCacheGroupSpec],
-                                 vllm_config: VllmConfig) -> None:
-    """``_check_enough_kv_cache_memory``: raise unless one max_model_len request fits."""
+def check_enough_kv_cache_memory_for_groups(available_memory: int, groups: Sequence[KVCacheGroupSpec],
+                                            vllm_config: VllmConfig) -> None:
+    """``_check_enough_kv_cache_memory`` as ``get_kv_cache_configs`` calls it: raise unless one
+    max_model_len request fits ``available_memory`` (already less the null block)."""
     if available_memory <= 0:
         raise StartupCheckError(
             "No available memory for the cache blocks (after reserving the null block). "
@@ -273,7 +274,7 @@ def plan_kv_cache(vllm_config: VllmConfig, kv_cache_specs: Sequence[Mapping[str,
             if not groups:
                 continue
             try:
-                check_enough_kv_cache_memory(mem, groups, config)
+                check_enough_kv_cache_memory_for_groups(mem, groups, config)
             except StartupCheckError as e:
                 error = str(e)
                 break
@@ -332,10 +333,44 @@ def _auto_fit_max_model_len(config: VllmConfig, worker_groups: Sequence[Sequence
 
 def estimate_max_model_len(vllm_config: VllmConfig, kv_cache_spec: Mapping[str, KVCacheSpec],
                            available_memory: int) -> int:
-    """``estimate_max_model_len``: largest length in ``[1, L]`` whose need fits; 0 if none."""
+    """Public ``estimate_max_model_len``, as upstream: the largest length in ``[1, L]`` whose
+    per-*layer* sum of ``max_memory_usage_bytes`` fits ``available_memory``; 0 if none.
+
+    Upstream's public helper neither reserves the null block nor pads layers into groups,
+    so it can disagree with the planner (finding F6); the planner uses
+    :func:`estimate_max_model_len_from_groups`.
+    """
+    def fits(length: int) -> bool:
+        config = vllm_config.with_max_model_len(length)
+        return sum(s.max_memory_usage_bytes(config) for s in kv_cache_spec.values()) <= available_memory
+
+    return binary_search_max(fits, vllm_config.planning_max_model_len)
+
+
+def check_enough_kv_cache_memory(vllm_config: VllmConfig, kv_cache_spec: Mapping[str, KVCacheSpec],
+                                 available_memory: int) -> None:
+    """Public ``check_enough_kv_cache_memory``, as upstream: reserve one pool block for the
+    null block, then compare the per-*layer* sum of ``max_memory_usage_bytes`` (finding F6:
+    the planner compares padded groups). Raises :class:`StartupCheckError`."""
+    if not kv_cache_spec:
+        return
     groups = get_kv_cache_groups(vllm_config, kv_cache_spec)
-    return estimate_max_model_len_from_groups(groups, vllm_config, available_memory,
-                                              upper=vllm_config.planning_max_model_len)
+    check = available_memory - bytes_per_block(groups) if groups else available_memory
+    config = vllm_config
+    if check <= 0:
+        raise StartupCheckError("No available memory for the cache blocks.", max_model_len=config.max_model_len,
+                                needed_bytes=0, available_bytes=check, estimated_max_model_len=0)
+    needed = sum(s.max_memory_usage_bytes(config) for s in kv_cache_spec.values())
+    if needed > check:
+        estimate = estimate_max_model_len(config, kv_cache_spec, check)
+        raise StartupCheckError(
+            f"To serve at least one request with the model's max seq len ({config.max_model_len}), "
+            f"{needed} bytes of KV cache are needed, which is larger than the available KV cache "
+            f"memory ({check} bytes). "
+            + (f"Based on the available memory, the estimated maximum model length is {estimate}. "
+               if estimate > 0 else ""),
+            max_model_len=config.max_model_len, needed_bytes=needed, available_bytes=check,
+            estimated_max_model_len=estimate)
 
 
 def get_max_concurrency_for_kv_cache_config(vllm_config: VllmConfig,
@@ -354,7 +389,7 @@ def layer_specs(groups: Sequence[KVCacheGroupSpec]) -> dict[str, KVCacheSpec]:
 
 __all__ = [
     "KVCacheConfig", "KVCacheTensor", "StartupPlan", "bytes_per_block", "blocks_per_request",
-    "check_enough_kv_cache_memory", "estimate_max_model_len", "estimate_max_model_len_from_groups",
+    "check_enough_kv_cache_memory", "check_enough_kv_cache_memory_for_groups", "estimate_max_model_len", "estimate_max_model_len_from_groups",
     "get_kv_cache_config_from_groups", "get_kv_cache_configs", "get_max_concurrency_for_kv_cache_config",
     "max_memory_usage_bytes_from_groups", "plan_kv_cache", "iter_layer_specs", "layer_specs",
 ]

@@ -10,7 +10,7 @@ from kvverify.errors import StartupCheckError
 from kvverify.grouping import KVCacheGroupSpec
 from kvverify.planner import (
     KVCacheConfig,
-    check_enough_kv_cache_memory,
+    check_enough_kv_cache_memory_for_groups,
     get_kv_cache_configs,
     get_max_concurrency_for_kv_cache_config,
     plan_kv_cache,
@@ -61,9 +61,9 @@ def test_public_check_rejects_exact_boundary() -> None:
     plan = plan_kv_cache(config(num_gpu_blocks_override=33), [SPECS])
     groups = plan.groups
     # 32 usable blocks of memory is exactly the need: passes; one byte less fails.
-    check_enough_kv_cache_memory(32 * BYTES_PER_BLOCK, groups, plan.vllm_config)
+    check_enough_kv_cache_memory_for_groups(32 * BYTES_PER_BLOCK, groups, plan.vllm_config)
     with pytest.raises(StartupCheckError, match="max seq len"):
-        check_enough_kv_cache_memory(32 * BYTES_PER_BLOCK - 1, groups, plan.vllm_config)
+        check_enough_kv_cache_memory_for_groups(32 * BYTES_PER_BLOCK - 1, groups, plan.vllm_config)
     with pytest.raises(StartupCheckError):
         get_kv_cache_configs(config(num_gpu_blocks_override=32), [SPECS])
     assert get_kv_cache_configs(config(num_gpu_blocks_override=33), [SPECS]).starts
@@ -147,3 +147,14 @@ def test_non_align_mamba_falls_back_to_scheduler_size() -> None:
     none_mamba = KVCacheGroupSpec(("mamba",), MambaSpec(block_size=32, shapes=((4, 4),), dtypes=("float32",)))
     kc = KVCacheConfig(10, (), (groups[0], none_mamba))
     assert resolve_kv_cache_block_sizes(kc, VllmConfig(block_size=64)) == (64, 64)
+
+
+def test_public_helpers_mirror_upstream_including_f6() -> None:
+    """Upstream's public check reserves the null block; its public estimate does not (F6)."""
+    from kvverify.planner import check_enough_kv_cache_memory, estimate_max_model_len
+    config = VllmConfig(block_size=B, max_model_len=L)
+    check_enough_kv_cache_memory(config, SPECS, 33 * BYTES_PER_BLOCK)
+    with pytest.raises(StartupCheckError, match="estimated maximum model length is 496"):
+        check_enough_kv_cache_memory(config, SPECS, 32 * BYTES_PER_BLOCK)
+    # the estimate for 32 blocks of memory is 512 (no null block) — which the check refuses
+    assert estimate_max_model_len(config, SPECS, 32 * BYTES_PER_BLOCK) == 512
