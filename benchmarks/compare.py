@@ -30,8 +30,8 @@ def detect_table(before: dict, after: dict) -> list[str]:
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in after["rows"]:
         o = b.get(r["flaw"], {})
-        cell = lambda k, fmt="{:g}": (f"{fmt.format(o[k])} → {fmt.format(r[k])}" if k in o  # noqa: E731
-                                      else fmt.format(r[k]))
+        def cell(k: str, fmt: str = "{:g}", o: dict = o, r: dict = r) -> str:
+            return f"{fmt.format(o[k])} → {fmt.format(r[k])}" if k in o else fmt.format(r[k])
         out.append(f"| {r['flaw']} | {o.get('caught', '?')}/{o.get('seeds', '?')} → {r['caught']}/{r['seeds']} | "
                    f"{cell('median_examples')} | {cell('worst_examples')} | {cell('median_seconds', '{:.2f}')} | "
                    f"{cell('median_cpu_seconds', '{:.2f}')} | {cell('worst_seconds', '{:.2f}')} | "

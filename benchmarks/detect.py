@@ -8,8 +8,8 @@ property-body calls up to the first *genuine* failure (an ``assume`` rejection i
 and the seconds to it. Reported: caught/seeds, median and worst examples and seconds.
 Target: every flaw in a median under 2 s and under 1,000 examples.
 
-One process per flaw, which first imports every kvverify module (as the pytest plugin
-does), because Hypothesis mixes constants mined from the source of every *local* module
+One process per flaw, which first imports every kvverify and benchmarks module (the pytest
+plugin does the same for kvverify), because Hypothesis mixes constants mined from the source of every *local* module
 loaded so far into generation: in a shared process the counts would depend on what ran
 before. They are deterministic for a given source tree; an edit to any kvverify module may
 move them. The import time is reported apart (``import_s``), not in the seconds.
@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from benchmarks.probe import Probe, preload_modules
 

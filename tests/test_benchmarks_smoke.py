@@ -52,7 +52,10 @@ def test_quick_benchmark_writes_valid_json(tmp_path: Path) -> None:
     assert props["rows"]
     for row in props["rows"]:
         assert row["valid"] >= 1, row
-        # most draws must be usable: a strategy that filters (or assumes) away most of
-        # them is slow long before Hypothesis's filter_too_much health check fires
-        assert row["invalid_fraction"] < 0.5, row
         assert "FailedHealthCheck" not in (row["error"] or ""), row
+        # no property throws away three draws in four (an assume() or a filter that rejects
+        # that much is slow long before Hypothesis's filter_too_much health check fires) ...
+        assert row["invalid_fraction"] < 0.75, row
+    # ... and over the whole suite most draws are used
+    invalid = sum(row["invalid"] for row in props["rows"])
+    assert invalid < 0.5 * sum(row["valid"] + row["invalid"] for row in props["rows"])
