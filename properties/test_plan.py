@@ -3,14 +3,11 @@
 import pytest
 
 from kvverify import fixes
+from kvverify.props.findings import known_failure
 from kvverify.props.plan import test_reported_concurrency_matches_servability as _concurrency
 from kvverify.props.plan import test_tensor_plan_matches_block_count  # noqa: F401
 
-test_reported_concurrency_matches_servability = pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="finding F1: upstream reports N / blocks, so 1.00x for a pool whose N - 1 usable "
-           "blocks cannot serve one request (reports/findings/F1-concurrency-counts-null-block.md)",
-)(_concurrency)
+test_reported_concurrency_matches_servability = known_failure(_concurrency)
 
 
 def test_reported_concurrency_under_fix(target) -> None:

@@ -3,6 +3,7 @@
 import pytest
 
 from kvverify import fixes
+from kvverify.props.findings import known_failure
 from kvverify.props.startup import (  # noqa: F401  (collected by pytest)
     test_auto_fit_is_servable_and_maximal,
     test_catalog_models_startup_agrees_with_runtime,
@@ -10,10 +11,7 @@ from kvverify.props.startup import (  # noqa: F401  (collected by pytest)
 )
 from kvverify.props.startup import test_startup_refusal_is_necessary as _refusal
 
-test_startup_refusal_is_necessary = pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="finding F3: the check reserves a block for the never-computed last token "
-           "(reports/findings/F3-check-reserves-never-computed-token.md)")(_refusal)
+test_startup_refusal_is_necessary = known_failure(_refusal)
 
 
 def test_startup_refusal_is_necessary_under_fix(target) -> None:
@@ -28,10 +26,7 @@ from kvverify.props.startup import (  # noqa: E402
     test_startup_check_passes_implies_servable_with_lookahead as _lookahead,
 )
 
-test_startup_check_passes_implies_servable_with_lookahead = pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="finding F4: SWA / chunked admission caps ignore num_lookahead_tokens "
-           "(reports/findings/F4-admission-caps-ignore-lookahead.md)")(_lookahead)
+test_startup_check_passes_implies_servable_with_lookahead = known_failure(_lookahead)
 
 
 def test_startup_with_lookahead_under_fix(target) -> None:
