@@ -16,7 +16,7 @@ Names (``CHECKS``): ``harness.layer_coverage``, ``harness.single_backing``,
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from kvverify.harness._torch import require_torch
@@ -41,18 +41,7 @@ from kvverify.harness.geometry import (
 from kvverify.planner import KVCacheConfig, StartupPlan
 from kvverify.specs import KVCacheSpec
 
-try:  # the suite's shared violation type
-    from kvverify.invariants.base import Violation
-except ImportError:  # pragma: no cover - only while the invariants package is absent
-    @dataclass(frozen=True)
-    class Violation:  # type: ignore[no-redef]
-        name: str
-        reason: str
-        evidence: dict[str, Any] = field(default_factory=dict)
-
-        def __str__(self) -> str:
-            ev = ", ".join(f"{k}={v}" for k, v in self.evidence.items())
-            return f"[{self.name}] {self.reason}" + (f" ({ev})" if ev else "")
+from kvverify.invariants.base import Violation
 
 LAYER_COVERAGE = "harness.layer_coverage"
 SINGLE_BACKING = "harness.single_backing"

@@ -320,11 +320,4 @@ def _counterexample(lemma: Lemma, case: Case, values: dict[str, int], res: Resul
         res.reason = f"lemma error: the reference replay did not confirm the violation: {outcome.detail}"
 
 
-def _plain(v: Any) -> Any:
-    if isinstance(v, (int, float, str, bool)) or v is None:
-        return v
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _plain(x) for k, x in v.items()}
-    return repr(v)
+from kvverify.invariants.base import _plain  # noqa: E402  (one JSON-plain conversion for all results)
