@@ -38,6 +38,15 @@ def startup_violations(config: VllmConfig, specs: dict) -> list:
     return check_startup_vs_runtime(T, T.plan(config, [specs]), 1, check_strictness=False)
 
 
+def allocation_violations(config: VllmConfig, specs: dict, workload: list) -> list:
+    """Run ``workload``; predictor != allocator, or an allocator exception, is a violation."""
+    plan = T.plan(config, [specs])
+    sched = Scheduler(plan.vllm_config, plan.kv_cache_config)
+    recorder = AllocationRecorder(sched.kv_cache_manager)
+    result = T.run_workload(plan, workload, scheduler=sched)
+    return check_allocations(recorder.records) + ([result.error] if result.error else [])
+
+
 def both_ways(flaw: str, violations) -> None:
     assert violations() == [], "the faithful reference must pass"
     with flaws.enabled(flaw):
@@ -100,14 +109,7 @@ def test_swa_cap_on_allocation() -> None:
     specs = {"l0": swa(1, 8)}
     workload = [WorkloadSpec("r0", tuple(range(17)), 1)]
 
-    def violations():
-        plan = T.plan(config, [specs])
-        sched = Scheduler(plan.vllm_config, plan.kv_cache_config)
-        recorder = AllocationRecorder(sched.kv_cache_manager)
-        result = T.run_workload(plan, workload, scheduler=sched)
-        return check_allocations(recorder.records) + ([result.error] if result.error else [])
-
-    both_ways("swa_cap_on_allocation", violations)
+    both_ways("swa_cap_on_allocation", lambda: allocation_violations(config, specs, workload))
 
 
 def test_mamba_hash_fallback_by_block_size() -> None:
@@ -147,11 +149,4 @@ def test_evictable_hits_not_counted() -> None:
     specs = {"l0": full(4)}
     workload = [WorkloadSpec("r0", (1, 2, 3, 4, 5), 1), WorkloadSpec("r1", (1, 2, 3, 4, 9, 9), 1, 3)]
 
-    def violations():
-        plan = T.plan(config, [specs])
-        sched = Scheduler(plan.vllm_config, plan.kv_cache_config)
-        recorder = AllocationRecorder(sched.kv_cache_manager)
-        result = T.run_workload(plan, workload, scheduler=sched)
-        return check_allocations(recorder.records) + ([result.error] if result.error else [])
-
-    both_ways("evictable_hits_not_counted", violations)
+    both_ways("evictable_hits_not_counted", lambda: allocation_violations(config, specs, workload))
