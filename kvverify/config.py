@@ -29,12 +29,12 @@ class VllmConfig:
     max_model_len: int = 2048
     max_position_embeddings: int | None = None
     max_num_batched_tokens: int = 2048
-    max_num_seqs: int = 256
+    max_num_seqs: int = 128
     max_concurrent_batches: int = 1
     num_gpu_blocks_override: int | None = None
     kv_cache_memory_bytes: int | None = None
     gpu_memory_bytes: int | None = None
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float = 0.92
     non_kv_cache_memory_bytes: int = 0
     enable_prefix_caching: bool = True
     kv_connector: bool = False

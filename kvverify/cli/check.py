@@ -58,8 +58,8 @@ def load_layout(model: str | None = None, config_json: str | None = None):
 
 def run_check(layout: Any, *, max_model_len: int | str | None = None, block_size: int = 16,
               kv_cache_memory_bytes: int | None = None, num_gpu_blocks_override: int | None = None,
-              max_num_batched_tokens: int = 2048, max_num_seqs: int = 256,
-              gpu_memory_bytes: int | None = None, gpu_memory_utilization: float = 0.9,
+              max_num_batched_tokens: int = 2048, max_num_seqs: int = 128,
+              gpu_memory_bytes: int | None = None, gpu_memory_utilization: float = 0.92,
               non_kv_cache_memory_bytes: int = 0, enable_prefix_caching: bool = True,
               mamba_cache_mode: str | None = None, kv_cache_dtype: str = "auto",
               flaw_names: Sequence[str] = (), target: str = "reference") -> dict[str, Any]:
@@ -353,11 +353,11 @@ def add_check_parser(sub: Any, flaw_choices: list[str]) -> argparse.ArgumentPars
                      help="the block count (wins over memory)")
     eng.add_argument("--max-num-batched-tokens", type=int_arg("max_num_batched_tokens"), default=2048,
                      metavar="T", help="token budget per step (2048)")
-    eng.add_argument("--max-num-seqs", type=int_arg("max_num_seqs"), default=256, metavar="S", help="(256)")
+    eng.add_argument("--max-num-seqs", type=int_arg("max_num_seqs"), default=128, metavar="S", help="(128, as vLLM)")
     eng.add_argument("--gpu-memory-bytes", type=bytes_arg("gpu_memory_bytes"), metavar="BYTES",
                      help="profiled source: the GPU's memory, e.g. 80GiB")
-    eng.add_argument("--gpu-memory-utilization", type=fraction_arg, default=0.9, metavar="U",
-                     help="profiled source: fraction of the GPU vLLM may use (0.9)")
+    eng.add_argument("--gpu-memory-utilization", type=fraction_arg, default=0.92, metavar="U",
+                     help="profiled source: fraction of the GPU vLLM may use (0.92, as vLLM 0.33.0)")
     eng.add_argument("--non-kv-cache-memory-bytes", type=bytes_arg("non_kv_cache_memory_bytes"),
                      metavar="BYTES", help="profiled source: weights + activations (0)")
     eng.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
