@@ -209,6 +209,16 @@ class StartupPlan:
     def kv_cache_config(self) -> KVCacheConfig:
         return self.kv_cache_configs[0]
 
+    # upstream's get_kv_cache_configs returns the per-worker list: index and iterate like it
+    def __len__(self) -> int:
+        return len(self.kv_cache_configs)
+
+    def __getitem__(self, index: int) -> KVCacheConfig:
+        return self.kv_cache_configs[index]
+
+    def __iter__(self):
+        return iter(self.kv_cache_configs)
+
 
 def _available_memory(vllm_config: VllmConfig, available_memory: Sequence[int] | None,
                       num_workers: int) -> list[int]:
