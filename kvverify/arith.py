@@ -197,13 +197,16 @@ def allocation_fits(num_blocks_to_allocate: Num, watermark: Num, num_free: Num) 
 
 
 def hybrid_attention_block_size(mamba_page_bytes: Num, attn_page_bytes_per_token: Num,
-                                kernel_alignment: Num, current_block_size: Num) -> Num:
-    """Attention block size for a hybrid attention+Mamba model.
+                                kernel_alignment: Num, current_block_size: Num,
+                                backend_alignment: Num = 1) -> Num:
+    """Attention block size for a hybrid attention+Mamba model (``_align_hybrid_block_size``).
 
-    ``k * cdiv(mamba_page, k * p1)``, at least the current block size, so the
-    attention page is no smaller than the Mamba page it will be padded to.
+    ``k * cdiv(mamba_page, k * p1)``, rounded up to a multiple of the backend's kernel block
+    size, and at least the current block size, so the attention page is no smaller than the
+    Mamba page it will be padded to.
     """
     attn_block = kernel_alignment * cdiv(mamba_page_bytes, kernel_alignment * attn_page_bytes_per_token)
+    attn_block = backend_alignment * cdiv(attn_block, backend_alignment)
     return max_(current_block_size, attn_block)
 
 

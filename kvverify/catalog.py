@@ -34,7 +34,6 @@ from kvverify import arith
 from kvverify.config import VllmConfig
 from kvverify.dtypes import DTYPE_BYTES, get_dtype_size
 from kvverify.errors import MAX_TOKENS, ConfigError, KVVerifyError, require_int
-from kvverify.ops import cdiv
 from kvverify.specs import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
@@ -842,9 +841,7 @@ def hybrid_block_size(layout: ModelLayout, vllm_config: VllmConfig, *, kv_cache_
     k = max(kernel_block_size, current)
     if layout.uses_mla:
         k = max(k, MLA_KERNEL_BLOCK_ALIGNMENT)
-    attn_block = arith.hybrid_attention_block_size(mamba_page, p1, k, 1)
-    attn_block = kernel_block_size * cdiv(attn_block, kernel_block_size)
-    return max(current, attn_block)
+    return arith.hybrid_attention_block_size(mamba_page, p1, k, current, kernel_block_size)
 
 
 def build_model(layout: ModelLayout, vllm_config: VllmConfig, *, kv_cache_dtype: str = "auto",

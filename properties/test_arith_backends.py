@@ -87,7 +87,7 @@ FORMULAS: dict[str, st.SearchStrategy[tuple]] = {
     "servable_alone": args(p, n),
     "reported_concurrency_at_least_one": args(p, n),
     "allocation_fits": args(n, n, z),
-    "hybrid_attention_block_size": args(p, p, p, p),
+    "hybrid_attention_block_size": args(p, p, p, p, p),
     "startup_available_memory": args(z, p, maybe_pos),
     "startup_check_memory": args(z, p, maybe_pos),
     "auto_fit_search_memory": args(z, p, maybe_pos),

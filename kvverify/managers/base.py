@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from kvverify import arith, flaws
-from kvverify.ops import cdiv
 from kvverify.pool import BlockHashList, BlockPool, HashableRequest, KVCacheBlock
 from kvverify.specs import KVCacheSpec, UniformTypeKVCacheSpecs
 
@@ -114,7 +113,7 @@ class SingleTypeKVCacheManager:
                             num_tokens_main_model: int | None = None) -> list[KVCacheBlock]:
         """Grow the table to ``cdiv(num_tokens, B)`` blocks (upstream ``allocate_new_blocks``)."""
         req_blocks = self.req_to_blocks.setdefault(request_id, [])
-        num_new = cdiv(num_tokens, self.block_size) - len(req_blocks)
+        num_new = arith.full_attention_blocks(num_tokens, self.block_size) - len(req_blocks)
         if num_new <= 0:
             return []
         new_blocks = self.block_pool.get_new_blocks(num_new)

@@ -81,7 +81,7 @@ class MambaManager(SingleTypeKVCacheManager):
                 num_tokens_main_model, apply_admission_cap)
         if num_tokens_main_model is not None:
             num_tokens = num_tokens_main_model  # lookahead slots are not Mamba state
-        required = cdiv(num_tokens, self.block_size) + self.num_speculative_blocks
+        required = arith.full_attention_blocks(num_tokens, self.block_size) + self.num_speculative_blocks
         num_new = required - len(new_computed_blocks) - len(self.req_to_blocks.get(request_id, ()))
         if num_new > 0:
             cap = 1
@@ -102,7 +102,7 @@ class MambaManager(SingleTypeKVCacheManager):
             num_tokens = num_tokens_main_model
         req_blocks = self.req_to_blocks.setdefault(request_id, [])
         spec = self.num_speculative_blocks
-        required = cdiv(num_tokens, self.block_size) + spec
+        required = arith.full_attention_blocks(num_tokens, self.block_size) + spec
         if required <= len(req_blocks):
             self._allocated_block_reqs.add(request_id)
             return []
