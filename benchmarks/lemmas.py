@@ -1,4 +1,4 @@
-"""Each lemma's proof time (z3), and the total: ``kvverify.lemmas.cli_support.run_lemmas()``."""
+"""Each lemma's proof time (z3), and the total: ``kvverify.cli.lemmas.run_lemmas()``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import time
 
 
 def run(quick: bool = False) -> dict:
-    from kvverify.lemmas.cli_support import run_lemmas
+    from kvverify.cli.lemmas import run_lemmas
 
     start = time.perf_counter()
     results = run_lemmas()

@@ -12,13 +12,13 @@ import random
 import time
 from typing import Any
 
-from kvverify.config import VllmConfig
-from kvverify.driver import WorkloadSpec, run_workload
-from kvverify.grouping import KVCacheGroupSpec
-from kvverify.planner import KVCacheConfig
-from kvverify.pool import BlockPool, hash_block_tokens
-from kvverify.scheduler import Scheduler
-from kvverify.specs import FullAttentionSpec, SlidingWindowSpec
+from kvverify.reference.config import VllmConfig
+from kvverify.reference.driver import WorkloadSpec, run_workload
+from kvverify.reference.grouping import KVCacheGroupSpec
+from kvverify.reference.planner import KVCacheConfig
+from kvverify.reference.pool import BlockPool, hash_block_tokens
+from kvverify.reference.scheduler import Scheduler
+from kvverify.reference.specs import FullAttentionSpec, SlidingWindowSpec
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000)
 

@@ -9,7 +9,7 @@ size it. Layouts come from three places:
 * a catalog-format file of your own: :func:`load_model_file`;
 * a Hugging Face ``config.json`` (path, directory or dict): :func:`read_hf_config`.
 
-:func:`build_layer_specs` turns a layout into per-layer :mod:`kvverify.specs` (layer name
+:func:`build_layer_specs` turns a layout into per-layer :mod:`kvverify.reference.specs` (layer name
 -> spec, as upstream's per-layer ``get_kv_cache_spec`` does), including what upstream does
 around it for hybrid attention+Mamba models (``Platform._align_hybrid_block_size``): the
 attention block size is raised to ``k * cdiv(mamba_page, k * p1)`` and the Mamba page is
@@ -30,11 +30,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple
 
-from kvverify import arith
-from kvverify.config import VllmConfig
-from kvverify.dtypes import DTYPE_BYTES, get_dtype_size
+from kvverify.reference import arith
+from kvverify.reference.config import VllmConfig
+from kvverify.reference.dtypes import DTYPE_BYTES, get_dtype_size
 from kvverify.errors import MAX_TOKENS, ConfigError, KVVerifyError, require_int
-from kvverify.specs import (
+from kvverify.reference.specs import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheSpec,

@@ -24,10 +24,10 @@ from typing import Sequence
 from hypothesis import strategies as st
 
 from kvverify.catalog import ModelLayout, build_model, hybrid_block_size, list_models, load_model
-from kvverify.config import VllmConfig
-from kvverify.grouping import get_global_kv_cache_groups
-from kvverify.planner import blocks_per_request, bytes_per_block
-from kvverify.specs import KVCacheSpec
+from kvverify.reference.config import VllmConfig
+from kvverify.reference.grouping import get_global_kv_cache_groups
+from kvverify.reference.planner import blocks_per_request, bytes_per_block
+from kvverify.reference.specs import KVCacheSpec
 
 #: Block sizes real deployments use.
 REAL_BLOCK_SIZES = (16, 32, 64, 128)

@@ -14,13 +14,13 @@ from typing import Any, Callable, Sequence
 
 from hypothesis import strategies as st
 
-from kvverify import arith
-from kvverify.config import VllmConfig
-from kvverify.driver import WorkloadSpec
+from kvverify.reference import arith
+from kvverify.reference.config import VllmConfig
+from kvverify.reference.driver import WorkloadSpec
 from kvverify.errors import KVVerifyError
-from kvverify.grouping import get_global_kv_cache_groups
-from kvverify.planner import blocks_per_request, bytes_per_block
-from kvverify.specs import (
+from kvverify.reference.grouping import get_global_kv_cache_groups
+from kvverify.reference.planner import blocks_per_request, bytes_per_block
+from kvverify.reference.specs import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheSpec,
@@ -322,8 +322,8 @@ def block_size_cases(draw) -> BlockSizeCase:
     (prefix caching on => ``align``, off => ``none``) with an independent block size.
     ``prefix_match_unit``: unset first, else a divisor of the gcd, else anything.
     """
-    from kvverify.grouping import KVCacheGroupSpec
-    from kvverify.planner import KVCacheConfig
+    from kvverify.reference.grouping import KVCacheGroupSpec
+    from kvverify.reference.planner import KVCacheConfig
 
     size = st.one_of(st.sampled_from(REAL_GROUP_BLOCK_SIZES), st.integers(1, 600))
     cache_bs = draw(size)

@@ -20,7 +20,9 @@ import z3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvverify import arith, fixes, flaws, ops
+from kvverify import fixes, flaws
+
+from kvverify.reference import arith, ops
 
 # --- argument kinds ---------------------------------------------------------------------
 
@@ -62,7 +64,7 @@ def args(*parts: st.SearchStrategy) -> st.SearchStrategy[tuple]:
     return st.tuples(*parts)
 
 
-#: every public formula of kvverify.arith and a strategy for its arguments (divisors > 0)
+#: every public formula of kvverify.reference.arith and a strategy for its arguments (divisors > 0)
 FORMULAS: dict[str, st.SearchStrategy[tuple]] = {
     "full_attention_blocks": args(n, p),
     "sliding_window_admission_blocks": args(p, n, p, p, p),

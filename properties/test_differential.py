@@ -24,10 +24,10 @@ import pytest
 from hypothesis import event, given, note
 from hypothesis import strategies as st
 
-from kvverify.block_sizes import validate_coordinator_block_sizes
+from kvverify.reference.block_sizes import validate_coordinator_block_sizes
 from kvverify.errors import KVVerifyError
 from kvverify.invariants.base import Violation, assert_no_violations
-from kvverify.planner import StartupPlan, get_max_concurrency_for_kv_cache_config
+from kvverify.reference.planner import StartupPlan, get_max_concurrency_for_kv_cache_config
 from kvverify.props.recorder import recorded
 from kvverify.strategies import (
     BlockSizeCase,
@@ -210,8 +210,8 @@ def wide_startup_cases(draw) -> StartupCase:
     ``disable_hybrid_kv_cache_manager``, ``prefix_match_unit``, a watermark and two workers
     with different layer sets (pipeline parallel). Either both targets refuse or both plan.
     """
-    from kvverify.config import VllmConfig
-    from kvverify.specs import (
+    from kvverify.reference.config import VllmConfig
+    from kvverify.reference.specs import (
         ChunkedLocalAttentionSpec,
         FullAttentionSpec,
         MambaSpec,
@@ -338,9 +338,9 @@ def test_reference_and_vllm_agree_on_workloads(vllm_target, case: StartupCase, l
 def _finding_f1(t) -> None:
     """F1: upstream logs N / blocks: 1.00x on a pool whose N - 1 usable blocks serve no request,
     2.00x on one where two full-length requests cannot run together."""
-    from kvverify.config import VllmConfig
-    from kvverify.driver import WorkloadSpec
-    from kvverify.specs import FullAttentionSpec
+    from kvverify.reference.config import VllmConfig
+    from kvverify.reference.driver import WorkloadSpec
+    from kvverify.reference.specs import FullAttentionSpec
 
     spec = {"l0": FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8)}
     plan = t.plan(VllmConfig(block_size=16, max_model_len=32, num_gpu_blocks_override=2), [spec])
@@ -355,9 +355,9 @@ def _finding_f1(t) -> None:
 
 def _finding_f2(t) -> None:
     """F2: chunked-local cap one block short when B does not divide C -> livelock at the startup size."""
-    from kvverify.config import VllmConfig
-    from kvverify.specs import ChunkedLocalAttentionSpec
-    from kvverify.workloads import full_length_request
+    from kvverify.reference.config import VllmConfig
+    from kvverify.reference.specs import ChunkedLocalAttentionSpec
+    from kvverify.reference.workloads import full_length_request
 
     spec = {"l0": ChunkedLocalAttentionSpec(block_size=32, num_kv_heads=1, head_size=8, attention_chunk_size=3)}
     plan = t.plan(VllmConfig(block_size=32, max_model_len=64, max_num_batched_tokens=8,
@@ -369,9 +369,9 @@ def _finding_f2(t) -> None:
 
 def _finding_f3(t) -> None:
     """F3: the check refuses a pool on which every admissible generate request completes."""
-    from kvverify.config import VllmConfig
-    from kvverify.specs import FullAttentionSpec
-    from kvverify.workloads import full_length_request
+    from kvverify.reference.config import VllmConfig
+    from kvverify.reference.specs import FullAttentionSpec
+    from kvverify.reference.workloads import full_length_request
 
     plan = t.plan(VllmConfig(block_size=1, max_model_len=2, num_gpu_blocks_override=2),
                   [{"l0": FullAttentionSpec(block_size=1, num_kv_heads=1, head_size=8)}])
@@ -381,9 +381,9 @@ def _finding_f3(t) -> None:
 
 def _finding_f4(t) -> None:
     """F4: with one lookahead slot a chunked-local engine that passed its check livelocks."""
-    from kvverify.config import VllmConfig
-    from kvverify.specs import ChunkedLocalAttentionSpec
-    from kvverify.workloads import full_length_request
+    from kvverify.reference.config import VllmConfig
+    from kvverify.reference.specs import ChunkedLocalAttentionSpec
+    from kvverify.reference.workloads import full_length_request
 
     spec = {"l0": ChunkedLocalAttentionSpec(block_size=32, num_kv_heads=1, head_size=8, attention_chunk_size=16)}
     plan = t.plan(VllmConfig(block_size=32, max_model_len=512, max_num_batched_tokens=8, num_gpu_blocks_override=2,
@@ -395,9 +395,9 @@ def _finding_f4(t) -> None:
 
 def _finding_f5(t) -> None:
     """F5: the SWA cap's +1 is never held when L <= W - 1 + F (W=8, B=4, F=8, L=14: cap 5)."""
-    from kvverify.config import VllmConfig
-    from kvverify.driver import WorkloadSpec
-    from kvverify.specs import SlidingWindowSpec
+    from kvverify.reference.config import VllmConfig
+    from kvverify.reference.driver import WorkloadSpec
+    from kvverify.reference.specs import SlidingWindowSpec
 
     plan = t.plan(VllmConfig(block_size=4, max_model_len=14, max_num_batched_tokens=8, num_gpu_blocks_override=100,
                              enable_prefix_caching=False),
@@ -421,8 +421,8 @@ def _finding_f5(t) -> None:
 
 def _finding_f6_estimate(t) -> None:
     """F6 (1): the public estimate is refused by the public check for the same memory."""
-    from kvverify.config import VllmConfig
-    from kvverify.specs import FullAttentionSpec
+    from kvverify.reference.config import VllmConfig
+    from kvverify.reference.specs import FullAttentionSpec
 
     spec = {"l0": FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype="float16")}
     memory = 128 * spec["l0"].page_size_bytes
@@ -436,8 +436,8 @@ def _finding_f6_estimate(t) -> None:
 
 def _finding_f6_check(t) -> None:
     """F6 (2): the public check passes memory the planner refuses (group padding)."""
-    from kvverify.config import VllmConfig
-    from kvverify.specs import FullAttentionSpec, SlidingWindowSpec
+    from kvverify.reference.config import VllmConfig
+    from kvverify.reference.specs import FullAttentionSpec, SlidingWindowSpec
 
     common = dict(block_size=16, num_kv_heads=2, head_size=64, dtype="float16")
     specs = {"f0": FullAttentionSpec(**common), "f1": FullAttentionSpec(**common),
@@ -451,9 +451,9 @@ def _finding_f6_check(t) -> None:
 
 def _finding_f7(t) -> None:
     """F7: a chunked-local hybrid with unequal pages starts, then asserts on its first request."""
-    from kvverify.config import VllmConfig
-    from kvverify.specs import ChunkedLocalAttentionSpec, FullAttentionSpec
-    from kvverify.workloads import full_length_request
+    from kvverify.reference.config import VllmConfig
+    from kvverify.reference.specs import ChunkedLocalAttentionSpec, FullAttentionSpec
+    from kvverify.reference.workloads import full_length_request
 
     specs = {"l0": FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8),
              "l1": ChunkedLocalAttentionSpec(block_size=16, num_kv_heads=2, head_size=8, attention_chunk_size=64)}

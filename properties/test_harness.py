@@ -19,13 +19,13 @@ torch = pytest.importorskip("torch", reason="the allocation harness needs torch:
 from hypothesis import HealthCheck, event, given, note, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from kvverify.config import VllmConfig  # noqa: E402
+from kvverify.reference.config import VllmConfig  # noqa: E402
 from kvverify.errors import KVVerifyError  # noqa: E402
 from kvverify.harness import MUTATIONS, run_harness, run_harness_plan  # noqa: E402
 from kvverify.harness.checks import NULL_BLOCK, TYPED_VIEWS  # noqa: E402
 from kvverify.harness.geometry import alignment_problems  # noqa: E402
-from kvverify.planner import plan_kv_cache  # noqa: E402
-from kvverify.specs import (  # noqa: E402
+from kvverify.reference.planner import plan_kv_cache  # noqa: E402
+from kvverify.reference.specs import (  # noqa: E402
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheSpec,

@@ -12,11 +12,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvverify import arith
-from kvverify.managers.registry import get_manager_for_kv_cache_spec
-from kvverify.ops import cdiv
-from kvverify.pool import BlockPool
-from kvverify.specs import ChunkedLocalAttentionSpec, MambaSpec, SlidingWindowSpec
+from kvverify.reference import arith
+from kvverify.reference.managers.registry import get_manager_for_kv_cache_spec
+from kvverify.reference.ops import cdiv
+from kvverify.reference.pool import BlockPool
+from kvverify.reference.specs import ChunkedLocalAttentionSpec, MambaSpec, SlidingWindowSpec
 
 KINDS = ("swa", "chunked", "mamba_none", "mamba_align")
 

@@ -33,7 +33,7 @@ PYEOF
 if command -v kvverify >/dev/null 2>&1 && kvverify harness --help 2>/dev/null | grep -q -- "--device"; then
   HARNESS=(kvverify harness)
 else  # the subcommand is not wired into kvverify/cli.py (yet): the same code, run directly
-  HARNESS=("$PY" -m kvverify.harness_cli harness)
+  HARNESS=("$PY" -m kvverify.cli.harness harness)
 fi
 echo "harness command: ${HARNESS[*]}"
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvverify.grouping import KVCacheGroupSpec
-from kvverify.kv_cache_manager import KVCacheManager
-from kvverify.planner import KVCacheConfig
-from kvverify.specs import (
+from kvverify.reference.grouping import KVCacheGroupSpec
+from kvverify.reference.kv_cache_manager import KVCacheManager
+from kvverify.reference.planner import KVCacheConfig
+from kvverify.reference.specs import (
     ChunkedLocalAttentionSpec,
     CrossAttentionSpec,
     FullAttentionSpec,

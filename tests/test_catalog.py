@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 
 from kvverify import flaws
-from kvverify.block_sizes import resolve_kv_cache_block_sizes, validate_coordinator_block_sizes
+from kvverify.reference.block_sizes import resolve_kv_cache_block_sizes, validate_coordinator_block_sizes
 from kvverify.catalog import (
     CatalogError,
     MambaLayout,
@@ -30,11 +30,11 @@ from kvverify.catalog import (
     read_hf_config,
 )
 from kvverify.catalog_strategies import catalog_cases, catalog_configs
-from kvverify.config import VllmConfig
-from kvverify.driver import WorkloadSpec, run_workload
+from kvverify.reference.config import VllmConfig
+from kvverify.reference.driver import WorkloadSpec, run_workload
 from kvverify.errors import ConfigError
-from kvverify.planner import plan_kv_cache
-from kvverify.specs import (
+from kvverify.reference.planner import plan_kv_cache
+from kvverify.reference.specs import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     MambaSpec,

@@ -18,13 +18,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvverify.config import VllmConfig
+from kvverify.reference.config import VllmConfig
 from kvverify.errors import ConfigError
 from kvverify.harness import geometry, mutations
 from kvverify.harness.geometry import Region, find_forbidden_overlaps, pair_overlap, planned_regions
 from kvverify.harness.mutations import MUTATIONS
-from kvverify.planner import KVCacheConfig, plan_kv_cache
-from kvverify.specs import FullAttentionSpec, MambaSpec, MLAAttentionSpec, SlidingWindowSpec
+from kvverify.reference.planner import KVCacheConfig, plan_kv_cache
+from kvverify.reference.specs import FullAttentionSpec, MambaSpec, MLAAttentionSpec, SlidingWindowSpec
 
 # --- plans --------------------------------------------------------------------------------
 
@@ -144,10 +144,10 @@ def test_pair_overlap_agrees_with_brute_force(a: Region, b: Region, same: bool) 
 _NO_TORCH = """
 import sys
 sys.modules["torch"] = None  # import torch now raises ImportError
-import kvverify, kvverify.harness, kvverify.harness_cli
-from kvverify.config import VllmConfig
-from kvverify.planner import plan_kv_cache
-from kvverify.specs import FullAttentionSpec
+import kvverify, kvverify.harness, kvverify.cli.harness
+from kvverify.reference.config import VllmConfig
+from kvverify.reference.planner import plan_kv_cache
+from kvverify.reference.specs import FullAttentionSpec
 from kvverify.harness import TorchUnavailableError, run_harness, torch_available
 assert not torch_available()
 cfg = plan_kv_cache(VllmConfig(block_size=4, max_model_len=8, num_gpu_blocks_override=4),
@@ -157,7 +157,7 @@ try:
 except TorchUnavailableError as e:
     assert isinstance(e, ImportError) and isinstance(e, ValueError)
     print("RAISED", e)
-rc = kvverify.harness_cli.main(["harness", "--layers", "1", "--kv-heads", "1", "--head-dim", "4",
+rc = kvverify.cli.harness.main(["harness", "--layers", "1", "--kv-heads", "1", "--head-dim", "4",
                                 "--device", "cpu"])
 print("RC", rc)
 """
@@ -367,7 +367,7 @@ def test_poison_is_deterministic_per_seed(torch) -> None:
 
 
 def test_cli_synthetic_model_on_cpu_json(torch, capsys: pytest.CaptureFixture[str]) -> None:
-    from kvverify.harness_cli import main
+    from kvverify.cli.harness import main
     rc = main(["harness", "--layers", "3", "--kv-heads", "2", "--head-dim", "8", "--block-size", "4",
                "--device", "cpu", "--num-blocks", "12", "--max-model-len", "16", "--json"])
     out = json.loads(capsys.readouterr().out)
@@ -379,7 +379,7 @@ def test_cli_synthetic_model_on_cpu_json(torch, capsys: pytest.CaptureFixture[st
 
 def test_cli_catalog_model_on_meta(torch, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("kvverify.catalog", reason="kvverify.catalog is not available yet")
-    from kvverify.harness_cli import main
+    from kvverify.cli.harness import main
     rc = main(["harness", "--model", "gemma-3-27b", "--device", "meta", "--kv-cache-memory-bytes",
                str(80 * 10**9), "--max-model-len", "32768"])
     out = capsys.readouterr().out

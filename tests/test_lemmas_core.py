@@ -8,10 +8,10 @@ import json
 import pytest
 import z3
 
-from kvverify import arith
+from kvverify.reference import arith
 from kvverify.errors import ConfigError
 from kvverify.lemmas import BY_NAME, FINDINGS, LEMMAS, Case, Finding, Lemma, ReplayOutcome, Var, prove
-from kvverify.lemmas.cli_support import exit_code, results_json, results_table, run_lemmas
+from kvverify.cli.lemmas import exit_code, results_json, results_table, run_lemmas
 
 
 def _lemma(claim, replay=None, expected="proved", finding=None, variables=(Var("x", 0, 100),)):

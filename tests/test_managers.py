@@ -8,20 +8,20 @@ from hypothesis import strategies as st
 from runtime_helpers import check_runtime, chunked, cross, full, kv_config, mamba, swa
 
 from kvverify import flaws
-from kvverify.config import VllmConfig
-from kvverify.driver import WorkloadSpec, run_workload
+from kvverify.reference.config import VllmConfig
+from kvverify.reference.driver import WorkloadSpec, run_workload
 from kvverify.errors import KVVerifyError
-from kvverify.kv_cache_manager import KVCacheManager
-from kvverify.managers import (
+from kvverify.reference.kv_cache_manager import KVCacheManager
+from kvverify.reference.managers import (
     ChunkedLocalAttentionManager,
     CrossAttentionManager,
     FullAttentionManager,
     MambaManager,
     SlidingWindowManager,
 )
-from kvverify.planner import plan_kv_cache
-from kvverify.request import Request
-from kvverify.scheduler import Scheduler
+from kvverify.reference.planner import plan_kv_cache
+from kvverify.reference.request import Request
+from kvverify.reference.scheduler import Scheduler
 
 
 def make_kvm(num_blocks: int, *specs, max_model_len: int = 1024, caching: bool = False,

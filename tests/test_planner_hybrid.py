@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kvverify.config import VllmConfig
-from kvverify.planner import plan_kv_cache
-from kvverify.specs import FullAttentionSpec, MambaSpec, SlidingWindowSpec, UniformTypeKVCacheSpecs
+from kvverify.reference.config import VllmConfig
+from kvverify.reference.planner import plan_kv_cache
+from kvverify.reference.specs import FullAttentionSpec, MambaSpec, SlidingWindowSpec, UniformTypeKVCacheSpecs
 
 
 def gemma_style(repeats: int) -> dict:

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from kvverify.block_sizes import BlockSizeError, resolve_kv_cache_block_sizes
-from kvverify.config import VllmConfig
+from kvverify.reference.block_sizes import BlockSizeError, resolve_kv_cache_block_sizes
+from kvverify.reference.config import VllmConfig
 from kvverify.errors import StartupCheckError
-from kvverify.grouping import KVCacheGroupSpec
-from kvverify.planner import (
+from kvverify.reference.grouping import KVCacheGroupSpec
+from kvverify.reference.planner import (
     KVCacheConfig,
     check_enough_kv_cache_memory_for_groups,
     get_kv_cache_configs,
     get_max_concurrency_for_kv_cache_config,
     plan_kv_cache,
 )
-from kvverify.specs import FullAttentionSpec, MambaSpec
+from kvverify.reference.specs import FullAttentionSpec, MambaSpec
 
 B = 16
 L = 512
@@ -151,7 +151,7 @@ def test_non_align_mamba_falls_back_to_scheduler_size() -> None:
 
 def test_public_helpers_mirror_upstream_including_f6() -> None:
     """Upstream's public check reserves the null block; its public estimate does not (F6)."""
-    from kvverify.planner import check_enough_kv_cache_memory, estimate_max_model_len
+    from kvverify.reference.planner import check_enough_kv_cache_memory, estimate_max_model_len
     config = VllmConfig(block_size=B, max_model_len=L)
     check_enough_kv_cache_memory(config, SPECS, 33 * BYTES_PER_BLOCK)
     with pytest.raises(StartupCheckError, match="estimated maximum model length is 496"):

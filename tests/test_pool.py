@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
 from kvverify.errors import KVVerifyError, PoolExhaustedError
-from kvverify.pool import (
+from kvverify.reference.pool import (
     NONE_HASH,
     BlockHashListWithBlockSize,
     BlockPool,

@@ -27,7 +27,7 @@ def fails(prop, **kw) -> str:
 
 
 def test_caps_property_catches_a_manager_that_never_recycles(monkeypatch) -> None:
-    from kvverify.managers.sliding_window import SlidingWindowManager
+    from kvverify.reference.managers.sliding_window import SlidingWindowManager
     from kvverify.props.runtime import test_held_blocks_within_admission_caps as prop
     monkeypatch.setattr(SlidingWindowManager, "get_num_skipped_tokens", lambda self, n: 0)
     assert "caps.held_exceeds_cap" in fails(prop)
@@ -36,7 +36,7 @@ def test_caps_property_catches_a_manager_that_never_recycles(monkeypatch) -> Non
 def test_pool_machine_catches_a_pool_that_forgets_ref_counts(monkeypatch) -> None:
     from hypothesis.stateful import run_state_machine_as_test
 
-    from kvverify.pool import BlockPool
+    from kvverify.reference.pool import BlockPool
     from kvverify.props.pool_machine import PoolMachine
 
     original = BlockPool.touch
@@ -65,7 +65,7 @@ def test_planned_block_sizes_property_catches_a_wrong_hash(monkeypatch) -> None:
 
 
 def test_tensor_plan_property_catches_a_short_tensor(monkeypatch) -> None:
-    import kvverify.planner as planner
+    import kvverify.reference.planner as planner
     from kvverify.props.plan import test_tensor_plan_matches_block_count as prop
     real = planner.get_kv_cache_config_from_groups
 
@@ -82,7 +82,7 @@ def test_tensor_plan_property_catches_a_short_tensor(monkeypatch) -> None:
 
 def test_admission_completeness_catches_a_gate_without_cap(monkeypatch) -> None:
     """Independent of the flaw switch: a gate that ignores the cap is caught too."""
-    import kvverify.arith as arith
+    import kvverify.reference.arith as arith
     from kvverify.props.admission import test_request_within_startup_bound_is_admitted as prop
     monkeypatch.setattr(arith, "capped_blocks", lambda required, cap, apply: required)
     assert "admission.false_rejection" in fails(prop)

@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 
 from kvverify import flaws, reports
 from kvverify.cli import main
-from kvverify.config import VllmConfig
+from kvverify.reference.config import VllmConfig
 from kvverify.props import startup
-from kvverify.specs import FullAttentionSpec, SlidingWindowSpec
+from kvverify.reference.specs import FullAttentionSpec, SlidingWindowSpec
 from kvverify.strategies import StartupCase
 from kvverify.targets import get_target
 
@@ -130,7 +130,7 @@ def test_example_round_trips(report_path: Path) -> None:
 
 
 def test_lemma_counterexample_report_replays(tmp_path: Path) -> None:
-    from kvverify.lemmas.cli_support import run_lemmas
+    from kvverify.cli.lemmas import run_lemmas
 
     (result,) = run_lemmas(FLAW, ["null_block_override"])
     assert result.result == "counterexample" and not result.ok

@@ -6,12 +6,12 @@ import pytest
 from runtime_helpers import check_runtime, chunked, full, kv_config, mamba
 
 from kvverify import flaws
-from kvverify.config import VllmConfig
-from kvverify.driver import WorkloadSpec, run_workload
+from kvverify.reference.config import VllmConfig
+from kvverify.reference.driver import WorkloadSpec, run_workload
 from kvverify.errors import KVVerifyError
-from kvverify.planner import plan_kv_cache
-from kvverify.request import Request, RequestStatus, fake_output_token
-from kvverify.scheduler import Scheduler
+from kvverify.reference.planner import plan_kv_cache
+from kvverify.reference.request import Request, RequestStatus, fake_output_token
+from kvverify.reference.scheduler import Scheduler
 
 
 def seed_config(**kw) -> VllmConfig:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from kvverify.config import VllmConfig
+from kvverify.reference.config import VllmConfig
 from kvverify.errors import ConfigError, KVVerifyError
-from kvverify.planner import plan_kv_cache
-from kvverify.specs import (
+from kvverify.reference.planner import plan_kv_cache
+from kvverify.reference.specs import (
     FullAttentionSpec,
     MambaSpec,
     SlidingWindowSpec,

@@ -10,16 +10,16 @@ from __future__ import annotations
 import pytest
 
 from kvverify import flaws
-from kvverify.config import VllmConfig
-from kvverify.driver import WorkloadSpec
+from kvverify.reference.config import VllmConfig
+from kvverify.reference.driver import WorkloadSpec
 from kvverify.errors import ConfigError
 from kvverify.invariants.admission import check_admitted_on_empty_pool, check_workload_completes
 from kvverify.invariants.allocation import AllocationRecorder, check_allocations
 from kvverify.invariants.block_sizes import check_block_sizes
 from kvverify.invariants.startup import check_auto_fit, check_startup_vs_runtime
 from kvverify.props.validation import _pipeline
-from kvverify.scheduler import Scheduler
-from kvverify.specs import FullAttentionSpec, MambaSpec, SlidingWindowSpec
+from kvverify.reference.scheduler import Scheduler
+from kvverify.reference.specs import FullAttentionSpec, MambaSpec, SlidingWindowSpec
 from kvverify.strategies import StartupCase
 from kvverify.targets import get_target
 
@@ -61,7 +61,7 @@ def test_seed_hang_end_to_end() -> None:
     with flaws.enabled("null_block_not_reserved"):
         plan = T.plan(config, [specs])
         assert plan.starts and plan.num_blocks == 32
-        from kvverify.workloads import full_length_request
+        from kvverify.reference.workloads import full_length_request
         result = T.run_workload(plan, [full_length_request(512, 1)])
     assert result.stalled and result.stall_reason == "head_of_line"
     assert (result.running, result.waiting) == (0, 1) and result.free_blocks == 31
@@ -113,8 +113,8 @@ def test_swa_cap_on_allocation() -> None:
 
 
 def test_mamba_hash_fallback_by_block_size() -> None:
-    from kvverify.grouping import KVCacheGroupSpec
-    from kvverify.planner import KVCacheConfig
+    from kvverify.reference.grouping import KVCacheGroupSpec
+    from kvverify.reference.planner import KVCacheConfig
     groups = (KVCacheGroupSpec(("attn",), full(16)),
               KVCacheGroupSpec(("mamba",), MambaSpec(block_size=544, shapes=((4, 4),), dtypes=("float32",),
                                                      mamba_cache_mode="align")))

@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_replay_parser(sub, flaw_choices)
     add_report_parser(sub, flaw_choices)
     try:
-        from kvverify.harness_cli import add_harness_parser
+        from kvverify.cli.harness import add_harness_parser
     except ImportError:  # pragma: no cover - the harness is part of the package
         pass
     else:

@@ -70,8 +70,8 @@ def run_check(layout: Any, *, max_model_len: int | str | None = None, block_size
     usable blocks) with the reference scheduler — never by the check's own formula.
     """
     from kvverify import catalog
-    from kvverify.config import VllmConfig
-    from kvverify.planner import get_max_concurrency_for_kv_cache_config
+    from kvverify.reference.config import VllmConfig
+    from kvverify.reference.planner import get_max_concurrency_for_kv_cache_config
     from kvverify.targets import get_target
 
     notes: list[str] = []
@@ -172,8 +172,8 @@ def _member_specs(spec: Any) -> list[Any]:
 
 def _servability(tgt: Any, plan: Any) -> tuple[bool, list[dict[str, Any]], str | None]:
     """Run a max_model_len request alone on the plan's pool: prompt-heavy, then decode-heavy."""
-    from kvverify.planner import get_kv_cache_config_from_groups
-    from kvverify.workloads import full_length_request
+    from kvverify.reference.planner import get_kv_cache_config_from_groups
+    from kvverify.reference.workloads import full_length_request
 
     length = plan.vllm_config.max_model_len
     if length < 2:

@@ -24,7 +24,7 @@ from kvverify.errors import KVVerifyError
 
 def cmd_prove(args: argparse.Namespace) -> int:
     from kvverify import reports
-    from kvverify.lemmas.cli_support import exit_code, print_results, run_lemmas
+    from kvverify.cli.lemmas import exit_code, print_results, run_lemmas
 
     t0 = time.perf_counter()
     results = run_lemmas(args.flaw, args.names or None, fixes=args.fix)
@@ -179,7 +179,7 @@ def cmd_default(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from kvverify import catalog
-    from kvverify.lemmas.cli_support import results_table, run_lemmas
+    from kvverify.cli.lemmas import results_table, run_lemmas
 
     console = make_console()
     steps: list[tuple[str, bool, str, float]] = []

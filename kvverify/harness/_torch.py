@@ -38,7 +38,7 @@ def require_torch() -> Any:
 
 
 def torch_dtype(name: str) -> Any:
-    """The torch dtype of a kvverify dtype name (``kvverify.dtypes``)."""
+    """The torch dtype of a kvverify dtype name (``kvverify.reference.dtypes``)."""
     torch = require_torch()
     table = {
         "float32": torch.float32, "fp32": torch.float32,

@@ -29,8 +29,8 @@ from kvverify.harness.geometry import (
     planned_layer_start,
     resolve_layer_specs,
 )
-from kvverify.planner import KVCacheConfig
-from kvverify.specs import AttentionSpec, KVCacheSpec, MambaSpec
+from kvverify.reference.planner import KVCacheConfig
+from kvverify.reference.specs import AttentionSpec, KVCacheSpec, MambaSpec
 
 DEFAULT_MAX_CPU_BYTES = 2 * 2**30  # cpu is for small plans; real sizes go to meta
 

@@ -38,8 +38,8 @@ from kvverify.harness.geometry import (
     tensor_extent,
     view_shape,
 )
-from kvverify.planner import KVCacheConfig, StartupPlan
-from kvverify.specs import KVCacheSpec
+from kvverify.reference.planner import KVCacheConfig, StartupPlan
+from kvverify.reference.specs import KVCacheSpec
 
 from kvverify.invariants.base import Violation
 

@@ -20,9 +20,9 @@ import math
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Sequence
 
-from kvverify.dtypes import get_dtype_size
-from kvverify.planner import KVCacheConfig, per_layer_spec
-from kvverify.specs import AttentionSpec, KVCacheSpec, MambaSpec
+from kvverify.reference.dtypes import get_dtype_size
+from kvverify.reference.planner import KVCacheConfig, per_layer_spec
+from kvverify.reference.specs import AttentionSpec, KVCacheSpec, MambaSpec
 
 
 @dataclass(frozen=True)

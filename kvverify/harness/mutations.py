@@ -1,6 +1,6 @@
 """Deliberately wrong plans, each of which one named harness check must catch.
 
-Pure functions over a :class:`~kvverify.planner.KVCacheConfig` (no torch), used by the
+Pure functions over a :class:`~kvverify.reference.planner.KVCacheConfig` (no torch), used by the
 mutation tests and available to anyone checking that the harness still has teeth.
 
 =======================  ===================================  ==============================
@@ -23,7 +23,7 @@ from typing import Callable
 
 from kvverify.errors import ConfigError
 from kvverify.harness.geometry import layer_group_index, resolve_layer_specs
-from kvverify.planner import KVCacheConfig
+from kvverify.reference.planner import KVCacheConfig
 
 
 def _with_tensors(config: KVCacheConfig, tensors: list) -> KVCacheConfig:

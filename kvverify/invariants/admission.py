@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from kvverify.driver import WorkloadSpec
+from kvverify.reference.driver import WorkloadSpec
 from kvverify.errors import KVVerifyError
 from kvverify.invariants.base import Violation
-from kvverify.planner import StartupPlan
+from kvverify.reference.planner import StartupPlan
 from kvverify.targets.base import Target
 
 

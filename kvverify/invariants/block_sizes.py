@@ -7,10 +7,10 @@ invalid ``prefix_match_unit`` is a clear error, never an assertion at start.
 
 from __future__ import annotations
 
-from kvverify.block_sizes import BlockSizeError, resolve_kv_cache_block_sizes, validate_coordinator_block_sizes
-from kvverify.config import VllmConfig
+from kvverify.reference.block_sizes import BlockSizeError, resolve_kv_cache_block_sizes, validate_coordinator_block_sizes
+from kvverify.reference.config import VllmConfig
 from kvverify.invariants.base import Violation
-from kvverify.planner import KVCacheConfig
+from kvverify.reference.planner import KVCacheConfig
 
 
 def check_block_sizes(kv_cache_config: KVCacheConfig, vllm_config: VllmConfig) -> list[Violation]:

@@ -8,7 +8,7 @@ run dry mid-request.
 from __future__ import annotations
 
 from kvverify.invariants.base import Violation
-from kvverify.specs import ChunkedLocalAttentionSpec, SlidingWindowSpec
+from kvverify.reference.specs import ChunkedLocalAttentionSpec, SlidingWindowSpec
 
 
 def check_held_within_caps(kv_cache_manager, vllm_config, step: int) -> list[Violation]:

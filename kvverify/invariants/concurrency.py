@@ -7,9 +7,9 @@ finding F1, fixed under ``fixes.enabled("concurrency_counts_usable_blocks")``.
 
 from __future__ import annotations
 
-from kvverify import arith
+from kvverify.reference import arith
 from kvverify.invariants.base import Violation
-from kvverify.planner import StartupPlan, get_max_concurrency_for_kv_cache_config
+from kvverify.reference.planner import StartupPlan, get_max_concurrency_for_kv_cache_config
 
 
 def check_concurrency(plan: StartupPlan) -> list[Violation]:

@@ -7,8 +7,8 @@ hybrid, the same num_blocks on every worker, disjoint byte ranges for a group's 
 from __future__ import annotations
 
 from kvverify.invariants.base import Violation
-from kvverify.planner import StartupPlan, bytes_per_block, per_layer_spec
-from kvverify.specs import UniformTypeKVCacheSpecs
+from kvverify.reference.planner import StartupPlan, bytes_per_block, per_layer_spec
+from kvverify.reference.specs import UniformTypeKVCacheSpecs
 
 
 def check_plan(plan: StartupPlan) -> list[Violation]:

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvverify.driver import WorkloadResult
+from kvverify.reference.driver import WorkloadResult
 from kvverify.invariants.base import Violation
-from kvverify.planner import StartupPlan
-from kvverify.specs import ChunkedLocalAttentionSpec, SlidingWindowSpec, iter_layer_specs
+from kvverify.reference.planner import StartupPlan
+from kvverify.reference.specs import ChunkedLocalAttentionSpec, SlidingWindowSpec, iter_layer_specs
 from kvverify.targets.base import Target
-from kvverify.workloads import full_length_request
+from kvverify.reference.workloads import full_length_request
 
 
 def _evidence(plan: StartupPlan, result: WorkloadResult | None = None) -> dict:

@@ -1,6 +1,6 @@
 """Z3 boundary lemmas, built from the same arithmetic the reference executes.
 
-Every lemma calls the shared :mod:`kvverify.arith` functions on z3 terms (no formula is
+Every lemma calls the shared :mod:`kvverify.reference.arith` functions on z3 terms (no formula is
 typed twice), states its domain, and is three-valued: ``proved``, ``counterexample``
 (replayed on the reference, which must confirm it) or ``unknown`` (a failure). Flaws and
 proposed fixes reach the proofs through the flaw-/fix-aware arith functions.
@@ -8,7 +8,7 @@ proposed fixes reach the proofs through the flaw-/fix-aware arith functions.
 Modules: :mod:`~kvverify.lemmas.core` (machinery), :mod:`~kvverify.lemmas.startup`
 (null block, tensor plan, concurrency), :mod:`~kvverify.lemmas.autofit`,
 :mod:`~kvverify.lemmas.recycling` (SWA, chunked local, Mamba),
-:mod:`~kvverify.lemmas.hashing` (block sizes), :mod:`~kvverify.lemmas.cli_support`.
+:mod:`~kvverify.lemmas.hashing` (block sizes), :mod:`~kvverify.cli.lemmas`.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Iterator, Mapping
 
-from kvverify import arith
-from kvverify.config import VllmConfig
+from kvverify.reference import arith
+from kvverify.reference.config import VllmConfig
 from kvverify.errors import MAX_BLOCKS
 from kvverify.lemmas.core import (
     BLOCK_SIZES,
@@ -26,7 +26,7 @@ from kvverify.lemmas.core import (
     Var,
 )
 from kvverify.lemmas.replay import mix_specs, page_of, plan, plan_summary, source_kwargs
-from kvverify.ops import and_, implies, not_, or_
+from kvverify.reference.ops import and_, implies, not_, or_
 
 MIXES = ("full", "full+swa")
 SOURCES = ("explicit", "override")

@@ -3,7 +3,7 @@
 A :class:`Lemma` is a universally quantified claim over a stated domain. Its cases
 (one per enumerated parameter, e.g. each block size of the real set) each give
 symbolic variables with bounds, domain conditions and the claim — all built by calling
-the shared :mod:`kvverify.arith` functions, so the same code the reference executes on
+the shared :mod:`kvverify.reference.arith` functions, so the same code the reference executes on
 ints is proved on z3 terms. The claim holds on a case when ``domain ∧ ¬claim`` is unsat.
 
 Three results (:class:`Result`):
@@ -60,8 +60,8 @@ class Case:
     """One enumerated instance of a lemma.
 
     ``domain`` and ``claim`` take a mapping from variable name to value — z3 terms when
-    proving, ints when replaying — and must only use :mod:`kvverify.ops` /
-    :mod:`kvverify.arith`, so both backends work. ``params`` are the concrete
+    proving, ints when replaying — and must only use :mod:`kvverify.reference.ops` /
+    :mod:`kvverify.reference.arith`, so both backends work. ``params`` are the concrete
     enumerated parameters (block size, spec mix...), ``shrink`` the variables to
     minimise, in order, for a small counterexample.
     """

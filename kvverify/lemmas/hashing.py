@@ -13,15 +13,15 @@ from __future__ import annotations
 import itertools
 from typing import Iterator, Mapping
 
-from kvverify import arith
-from kvverify.block_sizes import BlockSizeError, resolve_kv_cache_block_sizes, validate_coordinator_block_sizes
-from kvverify.config import VllmConfig
-from kvverify.grouping import KVCacheGroupSpec
+from kvverify.reference import arith
+from kvverify.reference.block_sizes import BlockSizeError, resolve_kv_cache_block_sizes, validate_coordinator_block_sizes
+from kvverify.reference.config import VllmConfig
+from kvverify.reference.grouping import KVCacheGroupSpec
 from kvverify.lemmas.core import BLOCK_SIZES, Case, Lemma, ReplayOutcome, Var
 from kvverify.lemmas.replay import full_layer
-from kvverify.ops import and_, divides, gcd, implies, lcm
-from kvverify.planner import KVCacheConfig
-from kvverify.specs import MambaSpec
+from kvverify.reference.ops import and_, divides, gcd, implies, lcm
+from kvverify.reference.planner import KVCacheConfig
+from kvverify.reference.specs import MambaSpec
 
 #: real block sizes plus 181 (the odd group size of the #51108 seed)
 SIZES = BLOCK_SIZES + (181,)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Iterator, Mapping
 
-from kvverify import arith
-from kvverify.config import VllmConfig
+from kvverify.reference import arith
+from kvverify.reference.config import VllmConfig
 from kvverify.errors import PoolExhaustedError
 from kvverify.lemmas.core import (
     BLOCK_SIZES,
@@ -38,10 +38,10 @@ from kvverify.lemmas.replay import (
     run_steps,
     too_big,
 )
-from kvverify.managers.registry import get_manager_for_kv_cache_spec
-from kvverify.ops import and_, cdiv, divides, ite, max_, min_
-from kvverify.pool import BlockPool
-from kvverify.specs import ChunkedLocalAttentionSpec, SlidingWindowSpec
+from kvverify.reference.managers.registry import get_manager_for_kv_cache_spec
+from kvverify.reference.ops import and_, cdiv, divides, ite, max_, min_
+from kvverify.reference.pool import BlockPool
+from kvverify.reference.specs import ChunkedLocalAttentionSpec, SlidingWindowSpec
 
 KINDS = ("swa", "chunked")
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from kvverify.config import VllmConfig
+from kvverify.reference.config import VllmConfig
 from kvverify.errors import KVVerifyError
-from kvverify.planner import StartupPlan, plan_kv_cache
-from kvverify.specs import (
+from kvverify.reference.planner import StartupPlan, plan_kv_cache
+from kvverify.reference.specs import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheSpec,

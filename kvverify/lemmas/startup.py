@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Iterator, Mapping
 
-from kvverify import arith
-from kvverify.config import VllmConfig
+from kvverify.reference import arith
+from kvverify.reference.config import VllmConfig
 from kvverify.errors import MAX_BLOCKS
-from kvverify.grouping import get_kv_cache_groups
+from kvverify.reference.grouping import get_kv_cache_groups
 from kvverify.lemmas.core import MAX_BYTES, Case, Finding, Lemma, ReplayOutcome, Var
 from kvverify.lemmas.replay import (
     PAGE_CASES,
@@ -22,14 +22,14 @@ from kvverify.lemmas.replay import (
     plan_summary,
     source_kwargs,
 )
-from kvverify.ops import and_, implies, min_
-from kvverify.planner import (
+from kvverify.reference.ops import and_, implies, min_
+from kvverify.reference.planner import (
     bytes_per_block,
     get_max_concurrency_for_kv_cache_config,
     per_layer_spec,
     plan_kv_cache,
 )
-from kvverify.specs import MambaSpec, SlidingWindowSpec
+from kvverify.reference.specs import MambaSpec, SlidingWindowSpec
 
 MAX_T = 2**30  # blocks one request may need (symbolic)
 SOURCES = ("override", "explicit", "profiled")

@@ -6,9 +6,9 @@ it explicit makes the strict known failures independent of what random search re
 
 from __future__ import annotations
 
-from kvverify.config import VllmConfig
-from kvverify.driver import WorkloadSpec
-from kvverify.specs import ChunkedLocalAttentionSpec, FullAttentionSpec
+from kvverify.reference.config import VllmConfig
+from kvverify.reference.driver import WorkloadSpec
+from kvverify.reference.specs import ChunkedLocalAttentionSpec, FullAttentionSpec
 from kvverify.strategies import StartupCase
 
 _FULL = FullAttentionSpec(block_size=1, num_kv_heads=1, head_size=8)

@@ -15,9 +15,9 @@ from kvverify.errors import KVVerifyError
 from kvverify.invariants.allocation import AllocationRecorder, check_allocations
 from kvverify.invariants.base import assert_no_violations
 from kvverify.invariants.pool import check_pool
-from kvverify.kv_cache_manager import KVCacheManager
-from kvverify.planner import plan_kv_cache
-from kvverify.request import Request
+from kvverify.reference.kv_cache_manager import KVCacheManager
+from kvverify.reference.planner import plan_kv_cache
+from kvverify.reference.request import Request
 from kvverify.strategies import startup_cases
 
 SHARED_PREFIX = tuple(range(10_000, 10_512))

@@ -11,12 +11,12 @@ from dataclasses import replace
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from kvverify.config import VllmConfig
+from kvverify.reference.config import VllmConfig
 from kvverify.errors import KVVerifyError
 from kvverify.invariants.base import Violation, assert_no_violations
 from kvverify.props.recorder import recorded
 from kvverify.strategies import StartupCase, startup_cases
-from kvverify.workloads import full_length_request
+from kvverify.reference.workloads import full_length_request
 
 BAD_FIELDS = ("block_size", "num_gpu_blocks_override", "kv_cache_memory_bytes", "max_model_len",
               "max_num_batched_tokens", "prefix_match_unit", "max_num_seqs")

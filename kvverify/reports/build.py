@@ -295,8 +295,8 @@ def versions() -> dict[str, str]:
 
 def describe_example(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The human view of an example: every VllmConfig field, every layer spec, other args."""
-    from kvverify.config import VllmConfig
-    from kvverify.specs import KVCacheSpec
+    from kvverify.reference.config import VllmConfig
+    from kvverify.reference.specs import KVCacheSpec
 
     configs: list[Any] = []
     workers: list[list[dict[str, Any]]] = []
@@ -385,7 +385,7 @@ def _spec_row(spec: Any) -> dict[str, Any]:
 
 def summarize(value: Any) -> Any:
     """Short human form: workloads as (id, prompt length, outputs, arrival)."""
-    from kvverify.driver import WorkloadSpec
+    from kvverify.reference.driver import WorkloadSpec
 
     if isinstance(value, WorkloadSpec):
         return {"request_id": value.request_id, "prompt_tokens": len(value.prompt_token_ids),

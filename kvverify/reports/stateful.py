@@ -61,8 +61,8 @@ def steps_from_notes(notes: Sequence[str]) -> list[str]:
     return steps
 
 
-_SAFE_MODULES = ("kvverify.config", "kvverify.specs", "kvverify.strategies", "kvverify.driver",
-                 "kvverify.grouping", "kvverify.planner")
+_SAFE_MODULES = ("kvverify.reference.config", "kvverify.reference.specs", "kvverify.strategies", "kvverify.reference.driver",
+                 "kvverify.reference.grouping", "kvverify.reference.planner")
 
 
 def _safe_constructors() -> dict[str, Any]:

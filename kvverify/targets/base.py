@@ -5,10 +5,10 @@ from __future__ import annotations
 import enum
 from typing import Mapping, Protocol, Sequence
 
-from kvverify.config import VllmConfig
-from kvverify.driver import WorkloadResult, WorkloadSpec
-from kvverify.planner import KVCacheConfig, StartupPlan
-from kvverify.specs import KVCacheSpec
+from kvverify.reference.config import VllmConfig
+from kvverify.reference.driver import WorkloadResult, WorkloadSpec
+from kvverify.reference.planner import KVCacheConfig, StartupPlan
+from kvverify.reference.specs import KVCacheSpec
 
 
 class Capability(str, enum.Enum):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from kvverify.block_sizes import resolve_kv_cache_block_sizes
-from kvverify.config import VllmConfig
-from kvverify.driver import WorkloadResult, WorkloadSpec, run_workload
-from kvverify.planner import KVCacheConfig, StartupPlan, plan_kv_cache
-from kvverify.specs import KVCacheSpec
+from kvverify.reference.block_sizes import resolve_kv_cache_block_sizes
+from kvverify.reference.config import VllmConfig
+from kvverify.reference.driver import WorkloadResult, WorkloadSpec, run_workload
+from kvverify.reference.planner import KVCacheConfig, StartupPlan, plan_kv_cache
+from kvverify.reference.specs import KVCacheSpec
 from kvverify.targets.base import Capability
 
 
@@ -28,17 +28,17 @@ class ReferenceTarget:
 
     def scheduler(self, plan: StartupPlan):
         """A fresh scheduler over the plan (block sizes resolved as the engine does)."""
-        from kvverify.scheduler import Scheduler
+        from kvverify.reference.scheduler import Scheduler
         return Scheduler(plan.vllm_config, plan.kv_cache_config)
 
     def kv_cache_manager(self, plan: StartupPlan):
         """A fresh ``KVCacheManager`` over the plan's pool, block sizes as the engine resolves them."""
-        from kvverify.kv_cache_manager import KVCacheManager
+        from kvverify.reference.kv_cache_manager import KVCacheManager
         return KVCacheManager.from_config(plan.kv_cache_config, plan.vllm_config)
 
     def admit_on_empty_pool(self, plan: StartupPlan, num_tokens: int) -> tuple[bool, dict]:
         """Ask ``allocate_slots(full_sequence_must_fit=True)`` to admit a prompt of ``num_tokens``."""
-        from kvverify.request import Request
+        from kvverify.reference.request import Request
         kvm = self.kv_cache_manager(plan)
         req = Request("probe", list(range(num_tokens)), 1, block_hasher=kvm.request_block_hasher)
         blocks, hit = kvm.get_computed_blocks(req)

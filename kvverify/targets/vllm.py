@@ -11,7 +11,7 @@ What runs upstream code (vLLM 0.33.0, CPU, no model):
   ``get_kv_cache_configs`` (auto-fit and the startup check included); a
   ``ValueError`` of the check becomes ``starts=False`` with the message, as the
   reference records it. The plan is translated back into kvverify's
-  :class:`~kvverify.planner.StartupPlan` (groups with kvverify specs, tensors,
+  :class:`~kvverify.reference.planner.StartupPlan` (groups with kvverify specs, tensors,
   ``blocks_per_group`` from upstream's ``max_memory_usage_bytes / page_size_bytes``,
   the auto-fit length read back from upstream's mutated ``model_config``).
 * ``resolve_block_sizes``: upstream ``resolve_kv_cache_block_sizes``;
@@ -20,7 +20,7 @@ What runs upstream code (vLLM 0.33.0, CPU, no model):
 * ``admit_on_empty_pool``, ``kv_cache_manager``: upstream ``KVCacheManager``.
 * ``run_workload``, ``scheduler``: upstream ``Scheduler`` stepped with fake
   model-runner outputs, behind :class:`UpstreamScheduler`, a shim with the interface
-  :func:`kvverify.driver.run_workload` drives, so the stall semantics are the same code.
+  :func:`kvverify.reference.driver.run_workload` drives, so the stall semantics are the same code.
 
 Upstream objects are rebuilt from the plan on every call (a fresh ``VllmConfig`` each
 time: upstream mutates it), so a plan is plain data and can be replayed.
@@ -43,16 +43,16 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from kvverify import specs as kv
-from kvverify.block_sizes import BlockSizeError
-from kvverify.config import VllmConfig
-from kvverify.driver import WorkloadResult, WorkloadSpec
-from kvverify.driver import run_workload as drive
+from kvverify.reference import specs as kv
+from kvverify.reference.block_sizes import BlockSizeError
+from kvverify.reference.config import VllmConfig
+from kvverify.reference.driver import WorkloadResult, WorkloadSpec
+from kvverify.reference.driver import run_workload as drive
 from kvverify.errors import ConfigError, KVVerifyError
-from kvverify.grouping import GroupingError, KVCacheGroupSpec
-from kvverify.ops import cdiv
-from kvverify.planner import KVCacheConfig, KVCacheTensor, StartupPlan
-from kvverify.request import fake_output_token
+from kvverify.reference.grouping import GroupingError, KVCacheGroupSpec
+from kvverify.reference.ops import cdiv
+from kvverify.reference.planner import KVCacheConfig, KVCacheTensor, StartupPlan
+from kvverify.reference.request import fake_output_token
 from kvverify.targets.base import Capability
 
 PINNED_VERSION = "0.33.0"
@@ -461,7 +461,7 @@ class VllmTarget:
 
     def plan(self, vllm_config: VllmConfig, kv_cache_specs: Sequence[Mapping[str, kv.KVCacheSpec]],
              available_memory: Sequence[int] | None = None) -> StartupPlan:
-        from kvverify.planner import _available_memory
+        from kvverify.reference.planner import _available_memory
 
         up = self.up
         if not kv_cache_specs:
@@ -667,7 +667,7 @@ class VllmTarget:
         return UpstreamScheduler(self, plan)
 
     def run_workload(self, plan: StartupPlan, workload: Sequence[WorkloadSpec], **kw: Any) -> WorkloadResult:
-        """Upstream's scheduler through :func:`kvverify.driver.run_workload` (same stall detection)."""
+        """Upstream's scheduler through :func:`kvverify.reference.driver.run_workload` (same stall detection)."""
         sched = kw.pop("scheduler", None)
         if sched is not None and not isinstance(sched, UpstreamScheduler):
             skip_unsupported("the property passes a reference Scheduler; use target.scheduler(plan)")
@@ -838,8 +838,8 @@ class _StepOutput:
 class UpstreamScheduler:
     """Upstream ``Scheduler`` stepped with fake model-runner outputs.
 
-    Same surface as :class:`kvverify.scheduler.Scheduler` for
-    :func:`kvverify.driver.run_workload`: ``add_request``, ``step()``,
+    Same surface as :class:`kvverify.reference.scheduler.Scheduler` for
+    :func:`kvverify.reference.driver.run_workload`: ``add_request``, ``step()``,
     ``has_unfinished_requests()``, ``get_request_counts()``, ``kv_cache_manager``,
     ``waiting``, ``running``, ``finished``, ``num_preemptions``, ``max_model_len``,
     ``max_num_scheduled_tokens``. A request that computed all its tokens in a step

@@ -21,11 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from kvverify.config import VllmConfig
+from kvverify.reference.config import VllmConfig
 from kvverify.errors import ConfigError, PoolExhaustedError, require_int
-from kvverify.ops import cdiv
-from kvverify.request import Request
-from kvverify.scheduler import Scheduler
+from kvverify.reference.ops import cdiv
+from kvverify.reference.request import Request
+from kvverify.reference.scheduler import Scheduler
 
 TraceRow = tuple[int, int, int, int, int]
 """``(step, running, waiting, free_blocks, scheduled_tokens)`` after the step."""

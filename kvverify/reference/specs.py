@@ -4,7 +4,7 @@ A spec says how many bytes one block of one layer takes (``page_size_bytes``) an
 the most one request can ever hold (``max_memory_usage_bytes``). SWA and
 chunked-local specs derive both the startup bound and the runtime admission cap
 from one method, ``max_admission_blocks_per_request`` (PR #40946). All arithmetic
-comes from :mod:`kvverify.arith`.
+comes from :mod:`kvverify.reference.arith`.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, ClassVar, Mapping
 
-from kvverify import arith
-from kvverify.dtypes import get_dtype_size
+from kvverify.reference import arith
+from kvverify.reference.dtypes import get_dtype_size
 from kvverify.errors import MAX_BYTES, MAX_TOKENS, ConfigError, require_int
 
 if TYPE_CHECKING:
-    from kvverify.config import VllmConfig
+    from kvverify.reference.config import VllmConfig
 
 MAMBA_CACHE_MODES = ("none", "align")
 

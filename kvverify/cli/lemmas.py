@@ -95,7 +95,7 @@ def print_results(results: Sequence[Result], as_json: bool = False, console=None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry (``python -m kvverify.lemmas.cli_support``) until the CLI wires it."""
+    """Stand-alone entry (``python -m kvverify.cli.lemmas``) until the CLI wires it."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="kvverify prove")

@@ -1,6 +1,6 @@
 """The tiny ops layer shared by execution (``int``) and proof (``z3``).
 
-Every capacity formula in :mod:`kvverify.arith` is written once on top of these
+Every capacity formula in :mod:`kvverify.reference.arith` is written once on top of these
 helpers. Called with Python ints they compute; called with z3 terms they build the
 term the lemmas reason about. Dispatch is by argument type, so one function serves
 both backends and no formula is ever typed twice.

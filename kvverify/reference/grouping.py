@@ -15,10 +15,10 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from kvverify.config import VllmConfig
+from kvverify.reference.config import VllmConfig
 from kvverify.errors import KVVerifyError
-from kvverify.ops import cdiv
-from kvverify.specs import (
+from kvverify.reference.ops import cdiv
+from kvverify.reference.specs import (
     AttentionSpec,
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvverify import arith, flaws
-from kvverify.config import VllmConfig
+from kvverify import flaws
+
+from kvverify.reference import arith
+from kvverify.reference.config import VllmConfig
 from kvverify.errors import KVVerifyError
-from kvverify.ops import gcd, lcm
-from kvverify.specs import MambaSpec, iter_layer_specs
+from kvverify.reference.ops import gcd, lcm
+from kvverify.reference.specs import MambaSpec, iter_layer_specs
 
 if TYPE_CHECKING:
-    from kvverify.planner import KVCacheConfig
+    from kvverify.reference.planner import KVCacheConfig
 
 
 class BlockSizeError(KVVerifyError):

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvverify import arith
+from kvverify.reference import arith
 from kvverify.errors import KVVerifyError
-from kvverify.managers.base import SingleTypeKVCacheManager, behaviour_spec
-from kvverify.ops import cdiv
-from kvverify.pool import (
+from kvverify.reference.managers.base import SingleTypeKVCacheManager, behaviour_spec
+from kvverify.reference.ops import cdiv
+from kvverify.reference.pool import (
     BlockHashList,
     BlockHashWithGroupId,
     BlockPool,
@@ -32,7 +32,7 @@ from kvverify.pool import (
     KVCacheBlock,
     resolve_block_hashes,
 )
-from kvverify.specs import KVCacheSpec, MambaSpec
+from kvverify.reference.specs import KVCacheSpec, MambaSpec
 
 
 class MambaManager(SingleTypeKVCacheManager):

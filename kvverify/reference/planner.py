@@ -4,7 +4,7 @@ Mirrors upstream's ``kv_cache_planning.py`` (``get_kv_cache_configs``,
 ``get_kv_cache_config_from_groups``, ``_check_enough_kv_cache_memory``,
 ``estimate_max_model_len``, ``_auto_fit_max_model_len``) and ``kv_cache_utils.py``
 (``get_max_concurrency_for_kv_cache_config``). The capacity arithmetic itself lives in
-:mod:`kvverify.arith`, shared with the Z3 lemmas.
+:mod:`kvverify.reference.arith`, shared with the Z3 lemmas.
 
 Net effect of the check (PR #47272): ``sum_g blocks_g(L) <= N - 1`` — the null block
 BlockPool keeps is reserved.
@@ -16,16 +16,16 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
-from kvverify import arith
-from kvverify.config import VllmConfig
+from kvverify.reference import arith
+from kvverify.reference.config import VllmConfig
 from kvverify.errors import ConfigError, StartupCheckError, require_int, MAX_BYTES
-from kvverify.grouping import (
+from kvverify.reference.grouping import (
     KVCacheGroupSpec,
     get_global_kv_cache_groups,
     get_kv_cache_groups,
     project_groups_to_worker,
 )
-from kvverify.specs import KVCacheSpec, UniformTypeKVCacheSpecs, iter_layer_specs
+from kvverify.reference.specs import KVCacheSpec, UniformTypeKVCacheSpecs, iter_layer_specs
 
 
 @dataclass(frozen=True)

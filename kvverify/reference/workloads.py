@@ -7,7 +7,7 @@ decode-heavy splits stress different paths (chunked prefill vs decode growth).
 
 from __future__ import annotations
 
-from kvverify.driver import WorkloadSpec
+from kvverify.reference.driver import WorkloadSpec
 from kvverify.errors import require_int
 
 

@@ -21,9 +21,9 @@ import json
 import sys
 from typing import Any
 
-from kvverify.config import VllmConfig
+from kvverify.reference.config import VllmConfig
 from kvverify.errors import KVVerifyError
-from kvverify.specs import FullAttentionSpec, KVCacheSpec
+from kvverify.reference.specs import FullAttentionSpec, KVCacheSpec
 
 META_DEFAULT_BYTES = 64 * 2**30
 CPU_DEFAULT_BLOCKS = 16
@@ -115,7 +115,7 @@ def build_harness_inputs(args: argparse.Namespace) -> tuple[str, VllmConfig, dic
 def run_harness_command(args: argparse.Namespace) -> int:
     """Plan, allocate on ``--device``, check; print text or ``--json``. Returns the exit status."""
     from kvverify.harness import TorchUnavailableError, run_harness
-    from kvverify.planner import plan_kv_cache
+    from kvverify.reference.planner import plan_kv_cache
     try:
         label, vc, specs = build_harness_inputs(args)
         plan = plan_kv_cache(vc, [specs])
@@ -155,7 +155,7 @@ def run_harness_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry: ``python -m kvverify.harness_cli harness ...``."""
+    """Stand-alone entry: ``python -m kvverify.cli.harness harness ...``."""
     parser = argparse.ArgumentParser(prog="kvverify")
     add_harness_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

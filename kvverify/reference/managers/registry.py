@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from kvverify.errors import KVVerifyError
-from kvverify.managers.base import SingleTypeKVCacheManager, behaviour_spec
-from kvverify.managers.chunked_local import ChunkedLocalAttentionManager
-from kvverify.managers.cross_attention import CrossAttentionManager
-from kvverify.managers.full_attention import FullAttentionManager
-from kvverify.managers.mamba import MambaManager
-from kvverify.managers.sliding_window import SlidingWindowManager
-from kvverify.pool import BlockPool
-from kvverify.specs import (
+from kvverify.reference.managers.base import SingleTypeKVCacheManager, behaviour_spec
+from kvverify.reference.managers.chunked_local import ChunkedLocalAttentionManager
+from kvverify.reference.managers.cross_attention import CrossAttentionManager
+from kvverify.reference.managers.full_attention import FullAttentionManager
+from kvverify.reference.managers.mamba import MambaManager
+from kvverify.reference.managers.sliding_window import SlidingWindowManager
+from kvverify.reference.pool import BlockPool
+from kvverify.reference.specs import (
     ChunkedLocalAttentionSpec,
     CrossAttentionSpec,
     FullAttentionSpec,

@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvverify.block_sizes import validate_coordinator_block_sizes
+from kvverify.reference.block_sizes import validate_coordinator_block_sizes
 from kvverify.errors import require_int
-from kvverify.managers.base import SingleTypeKVCacheManager, behaviour_spec
-from kvverify.managers.cross_attention import CrossAttentionManager
-from kvverify.managers.registry import get_manager_for_kv_cache_spec
-from kvverify.ops import cdiv
-from kvverify.pool import BlockHash, BlockPool, HashableRequest, KVCacheBlock
-from kvverify.specs import FullAttentionSpec
+from kvverify.reference.managers.base import SingleTypeKVCacheManager, behaviour_spec
+from kvverify.reference.managers.cross_attention import CrossAttentionManager
+from kvverify.reference.managers.registry import get_manager_for_kv_cache_spec
+from kvverify.reference.ops import cdiv
+from kvverify.reference.pool import BlockHash, BlockPool, HashableRequest, KVCacheBlock
+from kvverify.reference.specs import FullAttentionSpec
 
 BlocksPerGroup = tuple[Sequence[KVCacheBlock], ...]
 

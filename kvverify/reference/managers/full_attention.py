@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvverify.managers.base import SingleTypeKVCacheManager
-from kvverify.ops import cdiv
-from kvverify.pool import BlockHashList, BlockPool, KVCacheBlock, resolve_block_hashes
-from kvverify.specs import KVCacheSpec
+from kvverify.reference.managers.base import SingleTypeKVCacheManager
+from kvverify.reference.ops import cdiv
+from kvverify.reference.pool import BlockHashList, BlockPool, KVCacheBlock, resolve_block_hashes
+from kvverify.reference.specs import KVCacheSpec
 
 
 class FullAttentionManager(SingleTypeKVCacheManager):

@@ -12,7 +12,7 @@ import zlib
 from collections.abc import Callable, Sequence
 
 from kvverify.errors import MAX_TOKENS, ConfigError, KVVerifyError, require_int
-from kvverify.pool import BlockHash
+from kvverify.reference.pool import BlockHash
 
 
 class RequestStatus(enum.Enum):

@@ -2,7 +2,7 @@
 
 Each function here takes ints (the reference executes it) or z3 terms (the lemmas in
 :mod:`kvverify.lemmas` are built by calling it). Nothing here may use Python's ``if``,
-``//``, ``min`` or ``max`` on its arguments: use :mod:`kvverify.ops`.
+``//``, ``min`` or ``max`` on its arguments: use :mod:`kvverify.reference.ops`.
 
 Notation (``reference-facts.md``): ``B`` block size, ``L`` max_model_len, ``N``
 num_blocks including the null block, ``F`` max in-flight tokens, ``W`` sliding
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from kvverify import fixes, flaws
-from kvverify.ops import Num, and_, cdiv, divides, floordiv, ite, max_, min_, sum_
+from kvverify.reference.ops import Num, and_, cdiv, divides, floordiv, ite, max_, min_, sum_
 
 # --- per-spec block counts (upstream: kv_cache_interface.py) ----------------------
 

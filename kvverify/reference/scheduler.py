@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvverify import flaws
-from kvverify.config import VllmConfig
+from kvverify.reference.config import VllmConfig
 from kvverify.errors import ConfigError
-from kvverify.kv_cache_manager import KVCacheManager
-from kvverify.managers import behaviour_spec
-from kvverify.request import Request, RequestStatus, fake_output_token
-from kvverify.specs import CrossAttentionSpec, MambaSpec
+from kvverify.reference.kv_cache_manager import KVCacheManager
+from kvverify.reference.managers import behaviour_spec
+from kvverify.reference.request import Request, RequestStatus, fake_output_token
+from kvverify.reference.specs import CrossAttentionSpec, MambaSpec
 
 
 @dataclass
@@ -71,7 +71,7 @@ class Scheduler:
             raise ConfigError("hash_block_size", hash_block_size,
                               "give both scheduler_block_size and hash_block_size, or neither")
         if scheduler_block_size is None:
-            from kvverify.block_sizes import resolve_kv_cache_block_sizes
+            from kvverify.reference.block_sizes import resolve_kv_cache_block_sizes
 
             scheduler_block_size, hash_block_size = resolve_kv_cache_block_sizes(
                 kv_cache_config, vllm_config)

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from kvverify import arith
+from kvverify.reference import arith
 from kvverify.errors import KVVerifyError
-from kvverify.managers.base import SingleTypeKVCacheManager, behaviour_spec
-from kvverify.pool import BlockHashList, BlockPool, KVCacheBlock, resolve_block_hashes
-from kvverify.specs import ChunkedLocalAttentionSpec, KVCacheSpec
+from kvverify.reference.managers.base import SingleTypeKVCacheManager, behaviour_spec
+from kvverify.reference.pool import BlockHashList, BlockPool, KVCacheBlock, resolve_block_hashes
+from kvverify.reference.specs import ChunkedLocalAttentionSpec, KVCacheSpec
 
 
 def _chunk_of(spec: KVCacheSpec) -> int:

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from kvverify import arith
+from kvverify.reference import arith
 from kvverify.errors import KVVerifyError
-from kvverify.managers.base import SingleTypeKVCacheManager, behaviour_spec
-from kvverify.ops import cdiv
-from kvverify.pool import BlockHashList, BlockPool, KVCacheBlock, resolve_block_hashes
-from kvverify.specs import KVCacheSpec, SlidingWindowSpec
+from kvverify.reference.managers.base import SingleTypeKVCacheManager, behaviour_spec
+from kvverify.reference.ops import cdiv
+from kvverify.reference.pool import BlockHashList, BlockPool, KVCacheBlock, resolve_block_hashes
+from kvverify.reference.specs import KVCacheSpec, SlidingWindowSpec
 
 
 def _window_of(spec: KVCacheSpec) -> SlidingWindowSpec:

@@ -1,7 +1,7 @@
 """The per-group manager base class (upstream ``SingleTypeKVCacheManager``).
 
 One manager per KV cache group; every manager of an engine draws from the same
-:class:`~kvverify.pool.BlockPool`. A manager keeps, per request, the block table
+:class:`~kvverify.reference.pool.BlockPool`. A manager keeps, per request, the block table
 ``req_to_blocks[request_id]`` (null blocks stand in for recycled slots) and how many of
 its leading blocks are already in the prefix cache (``num_cached_block``).
 
@@ -16,9 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from kvverify import arith, flaws
-from kvverify.pool import BlockHashList, BlockPool, HashableRequest, KVCacheBlock
-from kvverify.specs import KVCacheSpec, UniformTypeKVCacheSpecs
+from kvverify import flaws
+
+from kvverify.reference import arith
+from kvverify.reference.pool import BlockHashList, BlockPool, HashableRequest, KVCacheBlock
+from kvverify.reference.specs import KVCacheSpec, UniformTypeKVCacheSpecs
 
 
 def behaviour_spec(spec: KVCacheSpec) -> KVCacheSpec:

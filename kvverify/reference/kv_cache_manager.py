@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kvverify import arith
+from kvverify.reference import arith
 from kvverify.errors import ConfigError, require_int
-from kvverify.managers import KVCacheCoordinator
-from kvverify.pool import (
+from kvverify.reference.managers import KVCacheCoordinator
+from kvverify.reference.pool import (
     BlockPool,
     KVCacheBlock,
     get_request_block_hasher,
@@ -33,8 +33,8 @@ from kvverify.pool import (
 )
 
 if TYPE_CHECKING:
-    from kvverify.config import VllmConfig
-    from kvverify.request import Request
+    from kvverify.reference.config import VllmConfig
+    from kvverify.reference.request import Request
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class KVCacheManager:
     @classmethod
     def from_config(cls, kv_cache_config: Any, vllm_config: VllmConfig) -> KVCacheManager:
         """Build it as the engine does: block sizes from ``resolve_kv_cache_block_sizes``."""
-        from kvverify.block_sizes import resolve_kv_cache_block_sizes
+        from kvverify.reference.block_sizes import resolve_kv_cache_block_sizes
 
         scheduler_bs, hash_bs = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
         return cls(kv_cache_config, vllm_config.max_model_len, scheduler_bs, hash_bs,
@@ -136,7 +136,7 @@ class KVCacheManager:
                        full_sequence_must_fit: bool = False,
                        has_scheduled_reqs: bool = True) -> KVCacheBlocks | None:
         """Add slots for ``num_new_tokens`` (+lookahead); ``None`` when they do not fit."""
-        from kvverify.request import RequestStatus
+        from kvverify.reference.request import RequestStatus
 
         require_count("num_new_tokens", num_new_tokens)
         require_count("num_new_computed_tokens", num_new_computed_tokens)

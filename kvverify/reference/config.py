@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from kvverify.errors import MAX_BLOCKS, MAX_BYTES, MAX_TOKENS, ConfigError, require_int
-from kvverify.specs import MAMBA_CACHE_MODES
+from kvverify.reference.specs import MAMBA_CACHE_MODES
 
 AUTO_MAX_MODEL_LEN = -1  # upstream's ``max_model_len=-1`` ("auto")
 
@@ -106,7 +106,7 @@ class VllmConfig:
 
         Under the proposed fix for finding F4 the lookahead slots each step reserves count too.
         """
-        from kvverify import arith
+        from kvverify.reference import arith
         return arith.max_in_flight_tokens(self.max_concurrent_batches, self.max_num_batched_tokens,
                                           self.num_lookahead_tokens)
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvverify.managers.base import SingleTypeKVCacheManager
-from kvverify.pool import BlockHashList, BlockPool, HashableRequest, KVCacheBlock
-from kvverify.specs import KVCacheSpec
+from kvverify.reference.managers.base import SingleTypeKVCacheManager
+from kvverify.reference.pool import BlockHashList, BlockPool, HashableRequest, KVCacheBlock
+from kvverify.reference.specs import KVCacheSpec
 
 
 class CrossAttentionManager(SingleTypeKVCacheManager):
