@@ -9,6 +9,8 @@ per-test-case statistics (what ``--hypothesis-show-statistics`` prints). A failu
 
 from __future__ import annotations
 
+import functools
+
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -87,7 +89,9 @@ class Probe:
                     self.first_failure_cpu = time.process_time() - self.started_cpu
                     self.first_failure = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
                 raise
-        return counting
+        # wraps: Hypothesis reads the body's signature, and derives a derandomized run's seed
+        # from its source, through __wrapped__ -- the probe must not change what is drawn
+        return functools.wraps(inner)(counting)
 
     def _on_statistics(self, stats: dict) -> None:
         self.stopped_because = stats.get("stopped-because", self.stopped_because)

@@ -75,26 +75,26 @@ def ci_settings(max_examples: int) -> settings:
 def _runs(suite: str, path: str, s: settings) -> Iterator[tuple[Callable | None, Callable[[], None]]]:
     """(the @given function to probe, a thunk that runs it once under ``s``)."""
     from kvverify.targets import get_target
-    from kvverify.zoo import overridden_settings
 
     obj = _load(path)
     if suite == "arith_backends":
         for name in sorted(obj.FORMULAS):
             prop = obj._property(name)
-            yield prop, lambda prop=prop: _under(prop, s, overridden_settings, lambda: prop())
+            yield prop, lambda prop=prop: _under(prop, s, lambda test: test())
     elif path.endswith(":PoolMachine"):
         from hypothesis.stateful import run_state_machine_as_test
         yield None, lambda: run_state_machine_as_test(obj, settings=s)
     elif path.startswith("properties."):
-        yield obj, lambda: _under(obj, s, overridden_settings, lambda: obj())
+        yield obj, lambda: _under(obj, s, lambda test: test())
     else:
         target = get_target("reference")
-        yield obj, lambda: _under(obj, s, overridden_settings, lambda: obj(target=target))
+        yield obj, lambda: _under(obj, s, lambda test: test(target=target))
 
 
-def _under(prop: Callable, s: settings, overridden: Callable, call: Callable[[], None]) -> None:
-    with overridden(prop, s):
-        call()
+def _under(prop: Callable, s: settings, call: Callable[[Any], None]) -> None:
+    """Run a fresh copy of ``prop`` under ``s`` (built now, so it sees the probe's body)."""
+    from kvverify.hypothesis_hooks import rebuild
+    call(rebuild(prop, settings=s))
 
 
 def measure_property(suite: str, path: str, fixes_on: tuple[str, ...], max_examples: int) -> dict:

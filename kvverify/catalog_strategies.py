@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Any, Sequence
 
 from hypothesis import strategies as st
 
@@ -98,14 +98,13 @@ def catalog_cases(draw: st.DrawFn, models: Sequence[str] | None = None, *,
     checkpoint = draw(st.integers(0, 1)) if mamba_mode == "align" else 0
     kv_dtype = draw(st.sampled_from(("auto", "fp8")))
     batched = draw(st.one_of(st.sampled_from((2048, 512)), st.integers(1, 16384)))
-    local = any(k in ("sliding", "chunked") for k in layout.layer_kinds)
-    disable_hybrid = (local and not layout.has_mamba and draw(st.booleans()))
+    disable_hybrid = (layout.has_local_attention and not layout.has_mamba and draw(st.booleans()))
 
     base = VllmConfig(block_size=block_size, max_num_batched_tokens=batched,
                       enable_prefix_caching=prefix_caching, mamba_cache_mode=mamba_mode,
                       num_lookahead_tokens=spec_tokens,
                       disable_hybrid_kv_cache_manager=disable_hybrid)
-    options = dict(kv_cache_dtype=kv_dtype, num_prefill_checkpoint_blocks=checkpoint)
+    options: dict[str, Any] = dict(kv_cache_dtype=kv_dtype, num_prefill_checkpoint_blocks=checkpoint)
     eff_block = hybrid_block_size(layout, base, kv_cache_dtype=kv_dtype,
                                   num_speculative_tokens=spec_tokens)
 

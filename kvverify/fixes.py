@@ -7,19 +7,28 @@ is offered here; under the fix the property passes (tests show both).
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 from dataclasses import dataclass
-from typing import Iterator
 
-from kvverify.errors import ConfigError
+from kvverify.switches import Switches
 
 
 @dataclass(frozen=True)
 class Fix:
+    """A proposed fix for finding ``finding`` (its write-up's file stem under ``reports/findings/``).
+
+    ``explains_general_failures``: the finding also trips general properties on some inputs,
+    which re-run such a case under this fix before failing (:mod:`kvverify.props.known`).
+    """
+
     name: str
     finding: str
     change: str
+    explains_general_failures: bool = False
+
+    @property
+    def finding_id(self) -> str:
+        """``F2`` for ``F2-chunked-local-cap-misaligned-chunk``."""
+        return self.finding.split("-", 1)[0]
 
 
 CATALOG: dict[str, Fix] = {f.name: f for f in (
@@ -31,31 +40,31 @@ CATALOG: dict[str, Fix] = {f.name: f for f in (
         "(L - 1 + num_lookahead_tokens for generate runners) instead of L"),
     Fix("caps_count_lookahead", "F4-admission-caps-ignore-lookahead",
         "max_in_flight_tokens (and so the SWA / chunked-local admission caps and startup bound) "
-        "includes num_lookahead_tokens, the extra slots every step reserves"),
+        "includes num_lookahead_tokens, the extra slots every step reserves",
+        explains_general_failures=True),
     Fix("chunked_local_cap_plus_one", "F2-chunked-local-cap-misaligned-chunk",
         "ChunkedLocalAttentionSpec.max_admission_blocks_per_request adds one block when the chunk "
-        "size is not a multiple of the block size (a chunk may start mid-block)"),
+        "size is not a multiple of the block size (a chunk may start mid-block)",
+        explains_general_failures=True),
     Fix("swa_cap_exact", "F5-swa-admission-cap-slack",
         "SlidingWindowSpec.max_admission_blocks_per_request returns the exact worst case "
         "min(cdiv(W - 1 + E + F + B - 1, B), cdiv(L, B)) instead of cdiv(min(W - 1 + E + F, L), B) + 1, "
         "whose +1 no step ever needs when L <= W - 1 + E + F or W - 1 + E + F = 1 (mod B)"),
+    Fix("capacity_helpers_plan_like_engine", "F6-public-capacity-helpers-disagree-with-planner",
+        "the public estimate_max_model_len and check_enough_kv_cache_memory plan as the engine does: "
+        "over the grouped (padded) specs, with the null block reserved"),
+    Fix("chunked_local_alignment_checked_at_startup", "F7-chunked-local-hybrid-asserts-after-startup",
+        "the KV cache coordinator refuses at startup a prefix-cached chunked-local group whose block "
+        "size differs from the cache-hit alignment, instead of asserting on the first request"),
+    Fix("encoder_decoder_prefix_caching_refused", "F8-encoder-decoder-prefix-caching-crashes",
+        "an explicit enable_prefix_caching on a model with cross-attention layers is refused (or turned "
+        "off) at startup, as is_prefix_caching_supported already says for encoder-decoder models, instead "
+        "of CrossAttentionManager raising NotImplementedError on the first request's prefix lookup"),
 )}
 
-_ACTIVE: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("kvverify_fixes",
-                                                                          default=frozenset())
-
-
-def is_on(name: str) -> bool:
-    return name in _ACTIVE.get()
-
-
-@contextlib.contextmanager
-def enabled(*names: str) -> Iterator[None]:
-    for n in names:
-        if n not in CATALOG:
-            raise ConfigError("fix", n, f"unknown fix; known: {', '.join(CATALOG)}")
-    token = _ACTIVE.set(_ACTIVE.get() | frozenset(names))
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
+_SWITCHES = Switches("fix", CATALOG)
+is_on = _SWITCHES.is_on  #: whether fix option ``name`` is on in the current context
+active = _SWITCHES.active
+enabled = _SWITCHES.enabled  #: ``with enabled("chunked_local_cap_plus_one"): ...``
+only = _SWITCHES.only  #: exactly these fixes on, nothing inherited
+set_global = _SWITCHES.set_global  #: for the rest of this context (``pytest --fix``, ``kvverify --fix``)

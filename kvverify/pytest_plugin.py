@@ -2,7 +2,7 @@
 
 ``pytest properties/ --flaw null_block_not_reserved`` runs every property on the
 reference with that bug-zoo flaw switched on (properties are then expected to fail);
-``--target vllm`` runs them against an installed, pinned vLLM through its adapter.
+``--target vllm`` runs them against the installed vLLM release (0.19.1 … 0.33.0) through its adapter.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from hypothesis import settings
 
 from kvverify import flaws, profiles
 
-pytest_plugins = ["kvverify.pytest_reports"]  # counterexample reports for failing properties
+pytest_plugins = ["kvverify.pytest_reports",  # counterexample reports for failing properties
+                  "kvverify.pytest_attribution"]  # --attribute-flaws / --absorb-flaws
 
 
 def _import_everything() -> None:
@@ -40,11 +41,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="switch a bug-zoo flaw on for the whole run (repeatable); see `kvverify zoo --list`")
     group.addoption("--target", default=os.environ.get("KVVERIFY_TARGET", "reference"),
                     help="system under test: reference (default) or vllm")
+    group.addoption("--fix", action="append", default=[], metavar="NAME",
+                    help="switch a finding's proposed fix on (repeatable; kvverify/fixes.py): the reference "
+                         "runs with the fix option, --target vllm with the finding's patch applied "
+                         "(reports/findings/patches/, see kvverify/targets/overlay.py)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     # the profile first: settings objects built while importing inherit the loaded default
     settings.load_profile(config.getoption("hypothesis_profile", default=None) or profiles.default_profile())
+    _configure_fixes(config)  # before anything can import vLLM: --target vllm --fix needs the overlay
     _import_everything()
     if config.getoption("target") == "vllm":
         from kvverify.targets import get_target
@@ -60,8 +66,36 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(str(e)) from None
 
 
+def _configure_fixes(config: pytest.Config) -> None:
+    """``--fix NAME``: the fix option on for the run (and in every xdist worker, which runs
+    this hook too). Where vLLM is installed (``--target vllm``, and the differential, which
+    runs whatever the target) the patched vLLM overlay goes first on sys.path."""
+    import importlib.util
+
+    from kvverify import fixes
+    names = config.getoption("fix", default=None) or []
+    if not names:
+        return
+    try:
+        fixes.set_global(names)
+        from kvverify.targets import overlay
+        if config.getoption("target") == "vllm":
+            overlay.activate(names)  # a fix without a patch is an error here
+        elif importlib.util.find_spec("vllm") is not None and set(names) <= set(overlay.PATCHES):
+            overlay.activate(names)  # for the differential
+    except ValueError as e:
+        raise pytest.UsageError(f"--fix: {e}") from None
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    lines = [f"kvverify: hypothesis profile={settings._current_profile}, target={config.getoption('target')}"]
+    profile = config.getoption("hypothesis_profile", default=None) or profiles.default_profile()  # as configured
+    lines = [f"kvverify: hypothesis profile={profile}, target={config.getoption('target')}"]
     if flaws.active():
         lines.append(f"kvverify: flaws ON: {', '.join(sorted(flaws.active()))}")
+    from kvverify import fixes
+    if fixes.active():
+        from kvverify.targets import overlay
+        where = overlay.active()
+        lines.append(f"kvverify: fixes ON: {', '.join(sorted(fixes.active()))}"
+                     + (f" (patched vLLM overlay {where})" if where else ""))
     return lines

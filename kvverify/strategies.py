@@ -19,18 +19,14 @@ from kvverify.reference.config import VllmConfig
 from kvverify.reference.driver import WorkloadSpec
 from kvverify.errors import KVVerifyError
 from kvverify.reference.grouping import get_global_kv_cache_groups
-from kvverify.reference.planner import blocks_per_request, bytes_per_block
-from kvverify.reference.specs import (
-    ChunkedLocalAttentionSpec,
-    FullAttentionSpec,
-    KVCacheSpec,
-    MambaSpec,
-    MLAAttentionSpec,
-    SlidingWindowSpec,
-)
+from kvverify.reference.planner import KVCacheConfig, blocks_per_request, bytes_per_block
+from kvverify.reference import kinds as spec_kinds
+from kvverify.reference.specs import FullAttentionSpec, KVCacheSpec, MambaSpec
 
 BLOCK_SIZES = (16, 8, 4, 32, 1, 2, 64)  # shrinks toward 16, the upstream default
-ATTENTION_KINDS = ("full", "sliding_window", "chunked_local", "mla")
+#: Kinds with a registered layer builder (``kvverify.reference.kinds``), in registry order;
+#: the ``kinds`` knobs below accept any of a kind's spellings.
+ATTENTION_KINDS = tuple(k.name for k in spec_kinds.SPEC_KINDS if k.build_layer is not None)
 SOURCES = ("override", "memory", "profiled")
 
 
@@ -84,6 +80,7 @@ _OFFSETS = _sampled((0, 1, -1))
 _HEADS = _sampled((1, 2))
 _HEAD_SIZES = _sampled((8, 2, 4))
 _DTYPES = _sampled(("bfloat16", "float32", "fp8"))
+_RETENTION = _sampled((0, None))
 
 
 @_memoized
@@ -111,13 +108,14 @@ def lengths(block_size: int, *, low: int = 2, high: int = 1024) -> st.SearchStra
 def layer_kinds(draw, *, max_layers: int = 6, kinds: Sequence[str] = ATTENTION_KINDS,
                 allow_mamba: bool = True) -> list[str]:
     """A layer pattern: 1..max_layers kinds; at least one attention layer unless pure Mamba."""
-    pool = tuple(kinds) + (("mamba",) if allow_mamba else ())
+    pool = tuple(spec_kinds.resolve(k).name for k in kinds) + (("mamba",) if allow_mamba else ())
     n = draw(st.integers(1, max_layers))
     pattern = draw(_patterns(pool, min(3, n)))
-    if "mla" in pattern:
-        # Real MLA models are all-MLA: MLA's half-size page doubles its block size next to
-        # other attention, which upstream's chunked-local lookup asserts against.
-        pattern = [k if k == "mamba" else "mla" for k in pattern]
+    if "mla" in pattern and "chunked_local" in pattern:
+        # MLA next to full / SWA / Mamba is drawn (MLA + SWA drafts are real). MLA's half-size
+        # page doubles its block size next to other attention, which upstream's chunked-local
+        # lookup asserts against on the first request (finding F7, a known failure of its own).
+        pattern = [k if k != "chunked_local" else "mla" for k in pattern]
     return [pattern[i % len(pattern)] for i in range(n)]
 
 
@@ -139,6 +137,8 @@ def model_specs(draw, block_size: int, max_model_len: int, *, mamba_mode: str = 
     dtype = draw(_DTYPES)
     window = draw(_window_or_chunk(block_size, max_model_len))
     chunk = draw(_window_or_chunk(block_size, max_model_len))
+    # the window-like sizes a registered layer builder may use, by spec field name
+    sizes = {"sliding_window": window, "attention_chunk_size": chunk}
     attn_block = block_size
     has_attention = any(k != "mamba" for k in kinds_drawn)
     mamba_state = None
@@ -154,14 +154,11 @@ def model_specs(draw, block_size: int, max_model_len: int, *, mamba_mode: str = 
     for i, kind in enumerate(kinds_drawn):
         name = f"model.layers.{i}"
         common = dict(block_size=attn_block, num_kv_heads=heads, head_size=head_size, dtype=dtype)
-        if kind == "full":
-            specs[name] = FullAttentionSpec(**common)
-        elif kind == "mla":
-            specs[name] = MLAAttentionSpec(**common)
-        elif kind == "sliding_window":
-            specs[name] = SlidingWindowSpec(**common, sliding_window=window)
-        elif kind == "chunked_local":
-            specs[name] = ChunkedLocalAttentionSpec(**common, attention_chunk_size=chunk)
+        registered = spec_kinds.resolve(kind)
+        if registered.build_layer is not None:
+            specs[name] = registered.build_layer(common, sizes)
+        elif registered.spec_cls is not MambaSpec:
+            raise ValueError(f"kinds: {kind!r} has no generator ({registered.no_generator_reason})")
         else:
             assert mamba_state is not None
             mamba_block = attn_block if mamba_mode == "align" else max_model_len
@@ -199,7 +196,7 @@ def effective_block_size(specs: dict[str, KVCacheSpec], block_size: int, max_mod
 def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6,
                   kinds: Sequence[str] = ATTENTION_KINDS, allow_mamba: bool = True,
                   allow_auto: bool = True, max_len: int = 1024, workers: bool = True,
-                  lookahead: bool = False) -> StartupCase:
+                  lookahead: bool = False, prefix_caching: bool | None = None) -> StartupCase:
     """A deployment whose block count lands at the startup boundary more often than not.
 
     Draws block size, max_model_len, token budget, a spec mix, a block source
@@ -207,11 +204,12 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
     with ``delta`` in ``{0, -1, +1, +-2}`` first. Knobs: ``sources``, ``max_layers``,
     ``kinds``, ``allow_mamba``, ``allow_auto`` (``max_model_len=-1``), ``max_len``,
     ``workers`` (sometimes two workers with different memory), ``lookahead`` (draw
-    ``num_lookahead_tokens`` in 1..8, as speculative decoding reserves).
+    ``num_lookahead_tokens`` in 1..8, as speculative decoding reserves), ``prefix_caching``
+    (``None``: drawn; ``True`` / ``False``: fixed).
     """
     block_size = draw(_BLOCK_SIZES)
     max_model_len = draw(lengths(block_size, low=2, high=max_len))
-    prefix_caching = draw(st.booleans())
+    prefix_caching = draw(st.booleans()) if prefix_caching is None else prefix_caching
     # MambaModelConfig.verify_and_update_config: prefix caching <=> align mode.
     mamba_mode = "align" if prefix_caching else "none"
     specs = draw(model_specs(block_size, max_model_len, mamba_mode=mamba_mode, max_layers=max_layers,
@@ -234,7 +232,9 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
     memory = target * bpb + extra
     kw: dict = dict(block_size=block_size, max_num_batched_tokens=budget,
                     enable_prefix_caching=prefix_caching, mamba_cache_mode=mamba_mode,
-                    num_lookahead_tokens=draw(st.integers(1, 8)) if lookahead else 0)
+                    num_lookahead_tokens=draw(st.integers(1, 8)) if lookahead else 0,
+                    # upstream's default 0 (sparse SWA / Mamba retention) first, else dense
+                    prefix_cache_retention_interval=draw(_RETENTION))
     if auto:
         kw.update(max_model_len=-1, max_position_embeddings=max_model_len)
     else:
@@ -253,6 +253,9 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
     else:
         kw["gpu_memory_bytes"] = 2 * memory
         kw["gpu_memory_utilization"] = 0.5
+    # upstream SchedulerConfig.policy (last draw: shrinks to fcfs, leaves earlier draws alone)
+    kw["scheduling_policy"] = draw(_sampled(("fcfs", "priority")))
+    kw["max_num_seqs"] = draw(_sampled((128, 1, 2)))  # 1-2: the running cap binds (<= 4 requests)
     return StartupCase(VllmConfig(**kw), worker_specs, source, available, target, needed)
 
 
@@ -292,15 +295,9 @@ def workloads(draw, max_model_len: int, *, max_requests: int = 4, max_outputs: i
         common = min(prefix_len, prompt_len)
         prompt = tuple(range(common)) + tuple(10_000 * (i + 1) + j for j in range(prompt_len - common))
         arrival = draw(st.integers(0, 8))
-        out.append(WorkloadSpec(f"r{i}", prompt, outputs, arrival))
+        priority = draw(st.integers(0, 2))  # read by the priority policy only
+        out.append(WorkloadSpec(f"r{i}", prompt, outputs, arrival, priority=priority))
     return out
-
-
-@_memoized
-def output_split(max_model_len: int, *, max_outputs: int = 64) -> st.SearchStrategy[int]:
-    """Outputs of a full-length request: 1 (prompt-heavy) first, else up to ``max_outputs``."""
-    hi = max(1, min(max_outputs, max_model_len - 1))
-    return st.one_of(st.just(1), st.integers(1, hi))
 
 
 REAL_GROUP_BLOCK_SIZES = (16, 544, 181, 32, 64, 128, 256, 48, 80, 560, 1072)
@@ -310,7 +307,7 @@ REAL_GROUP_BLOCK_SIZES = (16, 544, 181, 32, 64, 128, 256, 48, 80, 560, 1072)
 class BlockSizeCase:
     """Groups with given block sizes (attention first, then optional Mamba) and a config."""
 
-    kv_cache_config: object
+    kv_cache_config: KVCacheConfig
     vllm_config: VllmConfig
 
 

@@ -2,39 +2,27 @@
 
 ``run_zoo()`` returns one :class:`ZooResult` per flaw: caught or escaped, the property,
 examples and seconds to the first failure, and the shrunk counterexample. Each run is
-deterministic (derandomized, no example database), so the numbers are reproducible.
+deterministic (derandomized, no example database), so the numbers are reproducible. A run
+uses a fresh copy of the property (:func:`kvverify.hypothesis_hooks.rebuild`): the shared
+property object is never changed. Hypothesis seeds a derandomized run from the property's
+source text, so editing a property's own lines (even an annotation) moves its counts.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterator
+from typing import Any, Callable
 
 from hypothesis import HealthCheck, Phase, settings
 
 from kvverify import flaws
-from kvverify.props.admission import test_admitted_workload_completes, test_request_within_startup_bound_is_admitted
-from kvverify.props.block_sizes import test_resolved_block_sizes_accepted_by_coordinator
+from kvverify.hypothesis_hooks import rebuild
 from kvverify.props.recorder import RECORDER
-from kvverify.props.runtime import test_predictor_equals_allocator
-from kvverify.props.startup import test_auto_fit_is_servable_and_maximal, test_startup_check_passes_implies_servable
-from kvverify.props.validation import test_bad_input_is_a_clear_error
+from kvverify.targets.base import Target
 
-#: flaw -> the property that must catch it (bug-zoo.md's last column)
-CATCHERS: dict[str, Callable] = {
-    "override_ignored_in_check": test_startup_check_passes_implies_servable,
-    "null_block_not_reserved": test_startup_check_passes_implies_servable,
-    "autofit_ignores_null_block": test_auto_fit_is_servable_and_maximal,
-    "autofit_first_group_only": test_auto_fit_is_servable_and_maximal,
-    "swa_admission_uncapped": test_request_within_startup_bound_is_admitted,
-    "swa_cap_on_allocation": test_predictor_equals_allocator,
-    "mamba_hash_fallback_by_block_size": test_resolved_block_sizes_accepted_by_coordinator,
-    "mamba_align_zero_chunk": test_admitted_workload_completes,
-    "no_positive_validation": test_bad_input_is_a_clear_error,
-    "evictable_hits_not_counted": test_predictor_equals_allocator,
-}
+#: flaw -> the property that must catch it, read off each :class:`kvverify.flaws.Flaw`
+CATCHERS: dict[str, Callable[..., Any]] = {f.name: f.catching_property() for f in flaws.CATALOG.values()}
 
 
 @dataclass(frozen=True)
@@ -54,7 +42,7 @@ class ZooResult:
         return asdict(self)
 
 
-def run_flaw(flaw: str, *, max_examples: int = 1000, seed: int | None = None, target=None,
+def run_flaw(flaw: str, *, max_examples: int = 1000, seed: int | None = None, target: Target | None = None,
              shrink: bool = True) -> ZooResult:
     """Run the flaw's catching property with the flaw on, from a cold start."""
     from kvverify.targets import get_target
@@ -63,16 +51,15 @@ def run_flaw(flaw: str, *, max_examples: int = 1000, seed: int | None = None, ta
     prop = CATCHERS[flaw]
     target = target or get_target("reference")
     phases = [Phase.explicit, Phase.generate, Phase.target] + ([Phase.shrink] if shrink else [])
-    kw = dict(max_examples=max_examples, deadline=None, database=None, phases=phases,
-              suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False)
-    if seed is None:
-        kw["derandomize"] = True
+    run = rebuild(prop, settings=settings(max_examples=max_examples, deadline=None, database=None, phases=phases,
+                                          suppress_health_check=list(HealthCheck), print_blob=False,
+                                          report_multiple_bugs=False, derandomize=seed is None), seed=seed)
     RECORDER.reset()
     start = time.perf_counter()
     caught, error, violation = False, None, ""
-    with flaws.enabled(flaw), overridden_settings(prop, settings(**kw), seed):
+    with flaws.enabled(flaw):
         try:
-            prop(target=target)
+            run(target=target)
         except AssertionError as e:
             caught, violation = True, str(e).splitlines()[0][:300]
         except Exception as e:  # noqa: BLE001 - an escaped crash still counts as caught, but is reported
@@ -88,27 +75,7 @@ def run_flaw(flaw: str, *, max_examples: int = 1000, seed: int | None = None, ta
         violation=violation, error=error)
 
 
-@contextlib.contextmanager
-def overridden_settings(prop: Callable, new: settings, seed: int | None = None) -> Iterator[None]:
-    """Run a ``@given`` property under other settings (and seed) for the extent of a block."""
-    saved = {a: getattr(prop, a) for a in _SETTINGS_ATTRS if hasattr(prop, a)}
-    prop._hypothesis_internal_use_settings = new
-    if seed is not None:
-        prop._hypothesis_internal_use_seed = seed
-    try:
-        yield
-    finally:
-        for a in _SETTINGS_ATTRS:
-            if a in saved:
-                setattr(prop, a, saved[a])
-            elif hasattr(prop, a):
-                delattr(prop, a)
-
-
-_SETTINGS_ATTRS = ("_hypothesis_internal_use_settings", "_hypothesis_internal_use_seed")
-
-
-def run_zoo(names: list[str] | None = None, **kw) -> list[ZooResult]:
+def run_zoo(names: list[str] | None = None, **kw: Any) -> list[ZooResult]:
     """Every catalogued flaw (or ``names``), each from a cold start."""
     return [run_flaw(n, **kw) for n in (names or list(flaws.CATALOG))]
 

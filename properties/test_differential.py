@@ -7,7 +7,10 @@ layer names, block sizes, spec kinds, page sizes, the specs themselves), the ten
 the check saw, the reported max concurrency, the block-size pair, and — on an empty
 pool — whether a request is admitted and how many blocks the full-sequence gate
 charges it. On every group mix (``block_size_cases()``) they must agree on the
-block-size pair (or both refuse) and on whether the KV cache coordinator accepts it.
+block-size pair (or both refuse), on whether the KV cache coordinator accepts it and on
+``resolve_cache_hit_alignment_tokens``. Workloads (SWA / Mamba with prefix caching included)
+must give the same steps, preemptions, per-request finish step and per-step trace; the public
+capacity helpers must agree, ``max_model_len=-1`` included.
 
 The first divergence fails the example as a :class:`~kvverify.invariants.base.Violation`
 carrying both sides' numbers; Hypothesis shrinks it to a minimal counterexample.
@@ -24,7 +27,7 @@ import pytest
 from hypothesis import event, given, note
 from hypothesis import strategies as st
 
-from kvverify.reference.block_sizes import validate_coordinator_block_sizes
+from kvverify.reference.block_sizes import resolve_cache_hit_alignment_tokens, validate_coordinator_block_sizes
 from kvverify.errors import KVVerifyError
 from kvverify.invariants.base import Violation, assert_no_violations
 from kvverify.reference.planner import StartupPlan, get_max_concurrency_for_kv_cache_config
@@ -52,6 +55,17 @@ def vllm_target():
 REFERENCE = ReferenceTarget()
 
 
+def _pinned_release_only(vllm_target) -> None:
+    """The differential compares the reference with the release it mirrors; an older release
+    (``--target vllm`` in its venv) is judged by the properties, not by agreeing with 0.33."""
+    from kvverify.targets.vllm import REFERENCE_RELEASE
+
+    version = getattr(vllm_target, "version", REFERENCE_RELEASE)
+    if version != REFERENCE_RELEASE:
+        pytest.skip(f"differential vs vLLM skipped: the reference mirrors vLLM {REFERENCE_RELEASE}, "
+                    f"found {version} (its defects are for the properties to find)")
+
+
 # ------------------------------------------------------------------------ comparison
 
 def _outcome(fn: Callable[[], Any]) -> tuple[str, Any]:
@@ -63,9 +77,15 @@ def _outcome(fn: Callable[[], Any]) -> tuple[str, Any]:
     """
     try:
         return "ok", fn()
-    except (KVVerifyError, AssertionError) as e:
+    except (KVVerifyError, AssertionError, NotImplementedError) as e:
+        from kvverify.targets.vllm.refusals import TargetUnsupported
+
+        if isinstance(e, TargetUnsupported):
+            raise  # an input the target cannot express: not an answer
         if isinstance(e, AssertionError):
             event("upstream refused with an AssertionError")
+        if isinstance(e, NotImplementedError):
+            event("raised NotImplementedError (finding F8: prefix lookup in a cross-attention group)")
         return "raises", f"{type(e).__name__}: {str(e)[:120]}"
 
 
@@ -130,6 +150,7 @@ def diff_values(name: str, a: Any, b: Any, **context: Any) -> list[Violation]:
 @recorded
 def test_reference_and_vllm_agree_on_startup(vllm_target, case: StartupCase, data) -> None:
     """Same config -> same plan, check verdict, auto-fit, block sizes and empty-pool admission."""
+    _pinned_release_only(vllm_target)
     event(f"source={case.source}")
     ref_out = _outcome(lambda: REFERENCE.plan(case.vllm_config, case.kv_cache_specs, case.available_memory))
     up_out = _outcome(lambda: vllm_target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory))
@@ -176,6 +197,7 @@ def test_reference_and_vllm_agree_on_startup(vllm_target, case: StartupCase, dat
 @recorded
 def test_reference_and_vllm_agree_on_block_sizes(vllm_target, case: BlockSizeCase) -> None:
     """Same groups -> same (scheduler, hash) block sizes or both refuse; same coordinator verdict."""
+    _pinned_release_only(vllm_target)
     cfg, vc = case.kv_cache_config, case.vllm_config
     sizes = [g.kv_cache_spec.block_size for g in cfg.kv_cache_groups]
     event(f"groups={len(sizes)}; prefix_match_unit {'set' if vc.prefix_match_unit else 'unset'}")
@@ -195,12 +217,19 @@ def test_reference_and_vllm_agree_on_block_sizes(vllm_target, case: BlockSizeCas
         violations += diff_values("coordinator_accepts", ref_accepts, up_error is None, group_block_sizes=sizes,
                                   scheduler_block_size=scheduler, hash_block_size=hash_size,
                                   vllm_error=(up_error or "")[:200])
+        if not violations:
+            ref_align = resolve_cache_hit_alignment_tokens(cfg, vc, scheduler, hash_size)
+            event(f"hits align to {'hash' if ref_align == hash_size != scheduler else 'scheduler'} block size")
+            violations += diff_values(
+                "cache_hit_alignment_tokens", ref_align,
+                vllm_target.resolve_cache_hit_alignment_tokens(cfg, vc, scheduler, hash_size),
+                group_block_sizes=sizes, scheduler_block_size=scheduler, hash_block_size=hash_size)
     assert_no_violations(violations)
 
 
 # --------------------------------------------------------------- a wider spec mix
 
-_KINDS = ("full", "sliding_window", "chunked_local", "mla", "mamba")
+_KINDS = ("full", "sliding_window", "chunked_local", "mla", "mamba", "cross_attention")
 
 
 @st.composite
@@ -213,6 +242,7 @@ def wide_startup_cases(draw) -> StartupCase:
     from kvverify.reference.config import VllmConfig
     from kvverify.reference.specs import (
         ChunkedLocalAttentionSpec,
+        CrossAttentionSpec,
         FullAttentionSpec,
         MambaSpec,
         MLAAttentionSpec,
@@ -227,7 +257,10 @@ def wide_startup_cases(draw) -> StartupCase:
     n = draw(st.integers(1, 6))
     kinds = draw(st.lists(st.sampled_from(_KINDS), min_size=n, max_size=n))
     shared = draw(st.booleans())  # one heads x dims for all attention layers, or per layer
-    dims = st.tuples(st.sampled_from((1, 2, 4)), st.sampled_from((2, 4, 8, 16)), st.sampled_from(("bfloat16", "float32", "fp8")))
+    # head size 12 (and 576-like MLA latents in real models) gives pages that divide no other:
+    # MLA next to such a sliding-window layer takes upstream's full-allocation fallback
+    dims = st.tuples(st.sampled_from((1, 2, 4)), st.sampled_from((2, 4, 8, 16, 12)),
+                     st.sampled_from(("bfloat16", "float32", "fp8")))
     base_dims = draw(dims)
     window = draw(st.integers(1, 2 * max_len))
     chunk = draw(st.integers(1, 2 * max_len))
@@ -243,6 +276,8 @@ def wide_startup_cases(draw) -> StartupCase:
             spec = ChunkedLocalAttentionSpec(**common, attention_chunk_size=chunk)
         elif kind == "mla":
             spec = MLAAttentionSpec(**{**common, "num_kv_heads": 1})
+        elif kind == "cross_attention":  # encoder-decoder (Whisper-like): sized by the encoder budget
+            spec = CrossAttentionSpec(**common)
         else:
             spec = MambaSpec(block_size=block_size if caching else max_len,
                              shapes=((draw(st.integers(1, 4)), 4), (draw(st.integers(1, 64)),)),
@@ -260,7 +295,8 @@ def wide_startup_cases(draw) -> StartupCase:
               enable_prefix_caching=caching, mamba_cache_mode=mode,
               disable_hybrid_kv_cache_manager=draw(st.booleans()),
               prefix_match_unit=draw(st.one_of(st.none(), st.sampled_from((1, 2, 4, 8, 16)))),
-              watermark=draw(st.sampled_from((0.0, 0.0, 0.01, 0.1))))
+              watermark=draw(st.sampled_from((0.0, 0.0, 0.01, 0.1))),
+              max_num_encoder_input_tokens=draw(st.one_of(st.none(), st.integers(1, 2048))))
     kw.update(max_model_len=-1, max_position_embeddings=max_len) if auto else kw.update(max_model_len=max_len)
     blocks = draw(st.integers(1, 400))
     if draw(st.booleans()):
@@ -276,6 +312,7 @@ def wide_startup_cases(draw) -> StartupCase:
 @recorded
 def test_reference_and_vllm_agree_on_wider_mixes(vllm_target, case: StartupCase, data) -> None:
     """The startup differential over mixes the main generator does not draw."""
+    _pinned_release_only(vllm_target)
     test_reference_and_vllm_agree_on_startup.hypothesis.inner_test(vllm_target, case=case, data=data)
 
 
@@ -287,6 +324,7 @@ def test_reference_and_vllm_agree_on_wider_mixes(vllm_target, case: StartupCase,
 def test_reference_and_vllm_agree_on_workloads(vllm_target, case: StartupCase, lookahead: int, data) -> None:
     """Same plan and workload -> the same schedule: step count, preemptions, finish order,
     stall verdict and the per-step trace (running, waiting, free blocks, scheduled tokens)."""
+    _pinned_release_only(vllm_target)
     from dataclasses import replace
 
     from kvverify.strategies import workloads
@@ -310,17 +348,10 @@ def test_reference_and_vllm_agree_on_workloads(vllm_target, case: StartupCase, l
         assert_no_violations(diff_values("run_workload.raises", a, b))
         return
     ra, rb = a[1], b[1]
-    if sched.junction_stops and (ra.steps, ra.trace) != (rb.steps, rb.trace):
-        # KNOWN REFERENCE GAP (reported to the lead; remove once the reference models it):
-        # upstream's _mamba_block_aligned_split also stops a Mamba-align prefill chunk at the
-        # request's Marconi shared-prefix junction (Request.shared_prefix_boundary, the third
-        # value of KVCacheManager.get_computed_blocks); the reference scheduler does not, so
-        # the chunk schedule (not the capacity) differs. Only the verdicts are compared then.
-        event("known reference gap: Marconi junction stop (schedule differs)")
-        assert_no_violations(diff_values("run_workload.completed", (ra.completed, ra.stall_reason, ra.error),
-                                         (rb.completed, rb.stall_reason, rb.error),
-                                         num_blocks=ref.num_blocks, groups=_groups_view(ref)))
-        return
+    if sched.junction_stops:
+        # upstream's _mamba_block_aligned_split stops a Mamba-align prefill chunk at the Marconi
+        # shared-prefix junction (Request.shared_prefix_boundary); the reference models it (issue 17)
+        event("Marconi junction stop")
     event(f"completed={ra.completed}; stall={ra.stall_reason}; lookahead={lookahead > 0}")
     for name in ("completed", "stall_reason", "error", "finished", "preemptions", "steps", "trace"):
         x, y = getattr(ra, name), getattr(rb, name)
@@ -333,6 +364,104 @@ def test_reference_and_vllm_agree_on_workloads(vllm_target, case: StartupCase, l
                 groups=_groups_view(ref), first_differing_step=first))
 
 
+# ------------------------------------------- SWA + full with prefix caching (issue 17)
+
+def _run_traced(target: Any, plan: StartupPlan, workload: Any, **kw: Any) -> tuple[str, Any]:
+    """Run a workload, recording the step each request finished at (``(result, finish steps)``)."""
+    finish: dict[str, int] = {}
+
+    def on_step(sched: Any, step: int) -> None:
+        for rid in sched.finished:
+            finish.setdefault(rid, step)
+
+    out = _outcome(lambda: target.run_workload(plan, workload, on_step=on_step, **kw))
+    return (out[0], (out[1], dict(sorted(finish.items())))) if out[0] == "ok" else out
+
+
+def diff_traces(a: tuple[str, Any], b: tuple[str, Any], **context: Any) -> list[Violation]:
+    """The first of: outcome, steps, preemptions, per-request finish step, stall verdict, trace."""
+    if a[0] != "ok" or b[0] != "ok":
+        return diff_values("run_workload.raises", a, b, **context)
+    (ra, fa), (rb, fb) = a[1], b[1]
+    for name, x, y in (("steps", ra.steps, rb.steps), ("preemptions", ra.preemptions, rb.preemptions),
+                       ("finish_step", fa, fb), ("stall_reason", ra.stall_reason, rb.stall_reason),
+                       ("error", ra.error, rb.error), ("finished", ra.finished, rb.finished)):
+        if x != y:
+            return diff_values(f"run_workload.{name}", x, y, **context)
+    if ra.trace != rb.trace:
+        first = next((i for i, (p, q) in enumerate(zip(ra.trace, rb.trace)) if p != q), None)
+        return diff_values("run_workload.trace", ra.trace[first:first + 3] if first is not None else len(ra.trace),
+                           rb.trace[first:first + 3] if first is not None else len(rb.trace),
+                           first_differing_step=first, **context)
+    return []
+
+
+@given(case=startup_cases(allow_auto=False, max_len=160, kinds=("full", "sliding_window"), allow_mamba=True,
+                          prefix_caching=True, sources=("override",), workers=False),
+       data=st.data())
+@recorded
+def test_swa_prefix_caching_traces_agree(vllm_target, case: StartupCase, data) -> None:
+    """SWA / Mamba-align (+ full) models with prefix caching on a tight pool (preemptions, shared
+    prefixes, repeated prompts): the same steps, preemptions, per-request finish step and trace.
+
+    Sparse retention of SWA / Mamba prefix-cache blocks (``prefix_cache_retention_interval``)
+    decides which hits a preempted or later request gets, and a Mamba-align prefill chunk stops
+    at the shared-prefix junction the lookup reports: this is where both show."""
+    _pinned_release_only(vllm_target)
+    from dataclasses import replace
+
+    from kvverify.strategies import workloads
+
+    config = replace(case.vllm_config, max_num_seqs=min(case.vllm_config.max_num_seqs,
+                                                        case.vllm_config.max_num_batched_tokens))
+    ref = REFERENCE.plan(config, case.kv_cache_specs, case.available_memory)
+    if not ref.groups or ref.num_blocks < 2 or ref.vllm_config.max_model_len < 2:
+        return
+    up = vllm_target.plan(config, case.kv_cache_specs, case.available_memory)
+    assert_no_violations(diff_plans(ref, up))
+    work = data.draw(workloads(ref.vllm_config.max_model_len, max_requests=4, max_outputs=24), label="workload")
+    if data.draw(st.booleans(), label="resend"):  # the same prompt again: a replay-boundary hit
+        first = work[0]
+        work = [*work, replace(first, request_id="again", arrival_step=first.arrival_step + data.draw(
+            st.integers(0, 12), label="resend_after"))]
+    a = _run_traced(REFERENCE, ref, work)
+    b = _run_traced(vllm_target, up, work, scheduler=vllm_target.scheduler(up))
+    if a[0] == "ok":
+        event(f"preempted={a[1][0].preemptions > 0}; groups={len(ref.groups)}")
+    assert_no_violations(diff_traces(a, b, num_blocks=ref.num_blocks, groups=_groups_view(ref),
+                                     max_model_len=ref.vllm_config.max_model_len))
+
+
+# ---------------------------------------- public capacity helpers, auto length (issue 17)
+
+@given(case=startup_cases(sources=("memory",), workers=False, max_len=512, allow_mamba=False), auto=st.booleans())
+@recorded
+def test_public_capacity_helpers_agree(vllm_target, case: StartupCase, auto: bool) -> None:
+    """The public ``check_enough_kv_cache_memory`` and ``estimate_max_model_len`` decide the same,
+    ``max_model_len=-1`` (auto) included: upstream checks the derived maximum, never ``-1``."""
+    _pinned_release_only(vllm_target)
+    from dataclasses import replace
+
+    config = case.vllm_config
+    if auto:
+        config = replace(config, max_model_len=-1, max_position_embeddings=config.planning_max_model_len)
+    specs, memory = case.kv_cache_specs[0], config.kv_cache_memory_bytes
+    assert memory is not None
+    event(f"auto={auto}")
+    a = _outcome(lambda: REFERENCE.check_enough_kv_cache_memory(config, specs, memory))
+    b = _outcome(lambda: vllm_target.check_enough_kv_cache_memory(config, specs, memory))
+    if a[0] == b[0] == "ok":
+        event(f"check passes={a[1] is None}")
+        a, b = ("ok", a[1] is None), ("ok", b[1] is None)  # the verdict; messages differ in wording
+    violations = diff_values("check_enough_kv_cache_memory.passes", a, b, memory=memory,
+                             max_model_len=config.max_model_len)
+    if not violations:
+        violations = diff_values(
+            "estimate_max_model_len", _outcome(lambda: REFERENCE.estimate_max_model_len(config, specs, memory)),
+            _outcome(lambda: vllm_target.estimate_max_model_len(config, specs, memory)), memory=memory)
+    assert_no_violations(violations)
+
+
 # ------------------------------------------------- the findings, replayed on real vLLM
 
 def _finding_f1(t) -> None:
@@ -343,10 +472,18 @@ def _finding_f1(t) -> None:
     from kvverify.reference.specs import FullAttentionSpec
 
     spec = {"l0": FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8)}
-    plan = t.plan(VllmConfig(block_size=16, max_model_len=32, num_gpu_blocks_override=2), [spec])
-    assert not plan.starts and plan.blocks_needed_per_request == 2
+    # ample profiled memory: the override alone sizes the pool, on releases whose check reads
+    # the override (>= 0.27) and on those whose check reads the profiled memory (0.19.1)
+    plan = t.plan(VllmConfig(block_size=16, max_model_len=32, num_gpu_blocks_override=2,
+                             kv_cache_memory_bytes=1 << 20), [spec])
+    assert plan.blocks_needed_per_request == 2
+    if plan.starts:  # a release whose check counts the null block as usable (0.27.1) starts this pool,
+        # a defect of its own (G2); the request still cannot be served on the one usable block
+        from kvverify.reference.workloads import full_length_request
+        assert not t.run_workload(plan, [full_length_request(32, 1)], max_steps=50).completed
     assert t.max_concurrency(plan) == 1.0, "F1 no longer reproduces: upstream does not report 1.00x"
-    plan = t.plan(VllmConfig(block_size=16, max_model_len=32, num_gpu_blocks_override=4), [spec])
+    plan = t.plan(VllmConfig(block_size=16, max_model_len=32, num_gpu_blocks_override=4,
+                             kv_cache_memory_bytes=1 << 20), [spec])
     assert plan.starts and t.max_concurrency(plan) == 2.0
     both = [WorkloadSpec(f"r{i}", tuple(range(100 * i, 100 * i + 16)), 16) for i in range(2)]
     result = t.run_workload(plan, both)
@@ -373,23 +510,26 @@ def _finding_f3(t) -> None:
     from kvverify.reference.specs import FullAttentionSpec
     from kvverify.reference.workloads import full_length_request
 
-    plan = t.plan(VllmConfig(block_size=1, max_model_len=2, num_gpu_blocks_override=2),
+    plan = t.plan(VllmConfig(block_size=1, max_model_len=2, num_gpu_blocks_override=2,
+                             kv_cache_memory_bytes=1 << 20),  # the override alone sizes the pool
                   [{"l0": FullAttentionSpec(block_size=1, num_kv_heads=1, head_size=8)}])
     assert not plan.starts, "F3 no longer reproduces: the check accepts L=2, B=1, N=2"
     assert t.run_workload(plan, [full_length_request(2, 1)]).completed
 
 
 def _finding_f4(t) -> None:
-    """F4: with one lookahead slot a chunked-local engine that passed its check livelocks."""
+    """F4: with 3 lookahead slots a sliding-window engine that passed its check livelocks
+    (W=2, B=2, M=2, L=7, N=4: cap cdiv(W-1+M, B)+1 = 3 blocks, a step holds 4). No F2 in it:
+    the window is no chunk. (The chunked C=16, B=32 case once written here is F2's.)"""
     from kvverify.reference.config import VllmConfig
-    from kvverify.reference.specs import ChunkedLocalAttentionSpec
+    from kvverify.reference.specs import SlidingWindowSpec
     from kvverify.reference.workloads import full_length_request
 
-    spec = {"l0": ChunkedLocalAttentionSpec(block_size=32, num_kv_heads=1, head_size=8, attention_chunk_size=16)}
-    plan = t.plan(VllmConfig(block_size=32, max_model_len=512, max_num_batched_tokens=8, num_gpu_blocks_override=2,
-                             num_lookahead_tokens=1, enable_prefix_caching=False), [spec])
-    assert plan.starts
-    result = t.run_workload(plan, [full_length_request(512, 1)])
+    spec = {"l0": SlidingWindowSpec(block_size=2, num_kv_heads=1, head_size=8, sliding_window=2)}
+    plan = t.plan(VllmConfig(block_size=2, max_model_len=7, max_num_batched_tokens=2, num_gpu_blocks_override=4,
+                             num_lookahead_tokens=3, enable_prefix_caching=False), [spec])
+    assert plan.starts and plan.blocks_per_group == (3,)
+    result = t.run_workload(plan, [full_length_request(7, 1)])
     assert result.stall_reason == "no_progress" and result.preemptions >= 10, "F4 no longer reproduces"
 
 
@@ -460,16 +600,72 @@ def _finding_f7(t) -> None:
     plan = t.plan(VllmConfig(block_size=16, max_model_len=256, max_num_batched_tokens=64,
                              kv_cache_memory_bytes=1 << 24), [specs])
     assert plan.starts and [g.kv_cache_spec.block_size for g in plan.groups] == [32, 16]
+    scheduler_block_size, hash_block_size = t.resolve_block_sizes(plan.kv_cache_config, plan.vllm_config)
+    assert t.coordinator_accepts(plan.kv_cache_config, plan.vllm_config, scheduler_block_size,
+                                 hash_block_size) is None, "F7 no longer reproduces: refused at startup"
     with pytest.raises(AssertionError, match="not compatible with chunked local attention"):
         t.run_workload(plan, [full_length_request(100, 1)])
 
 
+def _finding_f8(t) -> None:
+    """F8: an encoder-decoder model with prefix caching explicitly on starts, then its first
+    request's prefix lookup raises NotImplementedError in CrossAttentionManager."""
+    from kvverify.reference.config import VllmConfig
+    from kvverify.reference.driver import WorkloadSpec
+    from kvverify.reference.specs import CrossAttentionSpec, FullAttentionSpec
+
+    common = dict(block_size=16, num_kv_heads=1, head_size=8)
+    specs = {"self_attn": FullAttentionSpec(**common), "encoder_attn": CrossAttentionSpec(**common)}
+    work = [WorkloadSpec("r", tuple(range(10)), 2, num_encoder_tokens=20)]
+    for caching in (False, True):
+        plan = t.plan(VllmConfig(block_size=16, max_model_len=64, max_num_encoder_input_tokens=32,
+                                 num_gpu_blocks_override=16, enable_prefix_caching=caching,
+                                 kv_cache_memory_bytes=1 << 24), [specs])  # the override alone sizes the pool
+        assert plan.starts and plan.blocks_per_group == (4, 2)
+        if not caching:
+            assert t.run_workload(plan, work).completed
+    with pytest.raises(NotImplementedError, match="CrossAttentionManager does not support caching"):
+        t.run_workload(plan, work)
+
+
 FINDINGS = {"F1": _finding_f1, "F2": _finding_f2, "F3": _finding_f3, "F4": _finding_f4, "F5": _finding_f5,
-            "F6-estimate": _finding_f6_estimate, "F6-check": _finding_f6_check, "F7": _finding_f7}
+            "F6-estimate": _finding_f6_estimate, "F6-check": _finding_f6_check, "F7": _finding_f7, "F8": _finding_f8}
+
+
+#: replay -> the fix option whose patch (reports/findings/patches/) removes it
+FINDING_FIXES = {"F1": "concurrency_counts_usable_blocks", "F2": "chunked_local_cap_plus_one",
+                 "F3": "check_plans_computed_tokens", "F4": "caps_count_lookahead", "F5": "swa_cap_exact",
+                 "F6-estimate": "capacity_helpers_plan_like_engine",
+                 "F6-check": "capacity_helpers_plan_like_engine",
+                 "F7": "chunked_local_alignment_checked_at_startup",
+                 "F8": "encoder_decoder_prefix_caching_refused"}
 
 
 @pytest.mark.parametrize("finding", sorted(FINDINGS))
 def test_finding_reproduces_on_vllm(vllm_target, finding: str) -> None:
     """Every finding's minimal counterexample, replayed on the real, pinned vLLM (strict: the
-    day upstream changes, this fails and names the finding). See reports/findings/."""
-    FINDINGS[finding](vllm_target)
+    day upstream changes, this fails and names the finding). See reports/findings/.
+
+    Under ``--fix`` (patched vLLM, kvverify/targets/overlay.py) the finding's own replay must
+    no longer reproduce; the other replays describe unpatched 0.33.0 and are skipped.
+    """
+    from kvverify import fixes
+    from kvverify.props.findings import ADAPTER_GAPS
+
+    if not fixes.active():
+        expects = getattr(vllm_target, "expects_finding", None)
+        if expects is not None and not expects(finding):
+            # absent from this release (kvverify/targets/vllm/compat.py, FINDING_CAPABILITY):
+            # the minimal counterexample must not reproduce here
+            with pytest.raises(AssertionError):
+                FINDINGS[finding](vllm_target)
+            return
+        FINDINGS[finding](vllm_target)
+        return
+    fix = FINDING_FIXES[finding]
+    if not fixes.is_on(fix):
+        pytest.skip(f"vLLM is patched ({', '.join(sorted(fixes.active()))}); this replay is of unpatched 0.33.0")
+    if fix in ADAPTER_GAPS:
+        pytest.skip(f"{fix}: {ADAPTER_GAPS[fix]}")
+    with pytest.raises(AssertionError):
+        FINDINGS[finding](vllm_target)  # the patch removes the finding

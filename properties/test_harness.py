@@ -16,9 +16,10 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the allocation harness needs torch: pip install -e '.[torch]'")
 
-from hypothesis import HealthCheck, event, given, note, settings  # noqa: E402
+from hypothesis import HealthCheck, event, note, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from kvverify.hypothesis_hooks import given  # noqa: E402
 from kvverify.reference.config import VllmConfig  # noqa: E402
 from kvverify.errors import KVVerifyError  # noqa: E402
 from kvverify.harness import MUTATIONS, run_harness, run_harness_plan  # noqa: E402

@@ -9,10 +9,11 @@ the reference managers and compare, step by step, the real blocks held with the 
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from kvverify.reference import arith
+from kvverify.hypothesis_hooks import given
+from kvverify.reference import arith, kinds
 from kvverify.reference.managers.registry import get_manager_for_kv_cache_spec
 from kvverify.reference.ops import cdiv
 from kvverify.reference.pool import BlockPool
@@ -47,13 +48,12 @@ def runs(draw):
 
 
 def model(kind: str, spec, num_computed: int, new: int) -> int:
+    """The lemmas' model: a recycling kind's registered held-block model, or Mamba's."""
     b = spec.block_size
-    if kind == "swa":
-        skipped = arith.sliding_window_skipped_tokens(num_computed, spec.sliding_window,
-                                                      spec.extra_retained_tokens)
-        return arith.blocks_held_after_step(num_computed + new, skipped, b)
-    if kind == "chunked":
-        skipped = arith.chunked_local_skipped_tokens(num_computed, spec.attention_chunk_size)
+    registered = kinds.kind_of(spec)
+    if registered is not None and registered.held is not None:
+        held = registered.held
+        skipped = held.skipped_tokens(num_computed, held.values(spec))
         return arith.blocks_held_after_step(num_computed + new, skipped, b)
     return arith.mamba_blocks_held(kind == "mamba_align", num_computed + new, num_computed, b,
                                    spec.num_speculative_blocks)

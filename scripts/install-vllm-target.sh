@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
-# Install the pinned upstream vLLM (0.33.0), CPU-only, into its OWN virtual
-# environment, together with kvverify itself (editable), for kvverify's `vllm`
-# target.
+# Install an upstream vLLM release (default: the pin, 0.33.0), CPU-only, into its
+# OWN virtual environment, together with kvverify itself (editable), for
+# kvverify's `vllm` target.
 #
-#   scripts/install-vllm-target.sh [--force] [VENV_DIR]
+#   scripts/install-vllm-target.sh [--force] [--version X.Y.Z] [VENV_DIR]
 #
-# VENV_DIR defaults to $KVVERIFY_VLLM_VENV, else <repo>/.venv-vllm (gitignored).
+# --version X.Y.Z  the release; its lock constraints/vllm-X.Y.Z.txt must exist
+#                  (one lock per release; `ls constraints/` lists them).
+# VENV_DIR defaults, for the pin, to $KVVERIFY_VLLM_VENV, else <repo>/.venv-vllm;
+# for any other release to <repo>/.venv-vllm-X.Y.Z (both gitignored).
+# kvverify's release matrix (`kvverify releases`) looks for /work/venvs/vllm-X.Y.Z
+# style directories: pass such a VENV_DIR to make a release part of it.
 #
 # Why a script and not `pip install 'kvverify[vllm]'`: vLLM's declared
 # requirements pull ~9 GB of CUDA packages and an exact torch==2.14.0. Its
 # KV-cache planner, block pool, managers and scheduler are pure Python, so we
 # install vLLM --no-deps on the CPU build of torch 2.13.0 plus the ~two dozen
-# ordinary packages its imports need, all pinned in constraints/vllm-0.33.0.txt
-# (a lock, installed with --no-deps: nothing is re-resolved).
+# ordinary packages its imports need, all pinned in constraints/vllm-X.Y.Z.txt
+# (a lock, installed with --no-deps: nothing is re-resolved). A lock may carry a
+# `# requires-python: >=A.B,<C.D` line (the release's Python bounds; default
+# >=3.11,<3.15).
 #
 # Outcomes (the last line printed says which):
 #   READY: <venv>/bin/python          exit 0   the venv is installed and verified
@@ -26,6 +33,7 @@
 #   KVVERIFY_VLLM_VENV        venv directory (overridden by the VENV_DIR argument)
 #   KVVERIFY_PYTHON           interpreter to build the venv from (default python3;
 #                             vLLM 0.33.0 needs Python >=3.11,<3.15)
+#   KVVERIFY_VLLM_VENV        (see above; used for the pin only)
 #   KVVERIFY_TORCH_INDEX_URL  extra index for the torch step only, for indexes that
 #                             lack the local-version CPU build torch==2.13.0+cpu
 #                             (e.g. PyTorch's own CPU wheel index)
@@ -36,20 +44,23 @@
 # needs no network. --force rebuilds it from scratch.
 set -euo pipefail
 
-readonly VLLM_VERSION="0.33.0"
+readonly PINNED_VERSION="0.33.0"
 readonly SCRIPT_REV="1"   # bump to invalidate existing venvs' stamps
 readonly TAG="[install-vllm-target]"
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
-CONSTRAINTS="$REPO_ROOT/constraints/vllm-${VLLM_VERSION}.txt"
-
 FORCE=0
 VENV_ARG=""
+VERSION_ARG=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --force) FORCE=1 ;;
-    -h|--help) sed -n '2,40p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,48p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    --version)
+      [[ $# -ge 2 ]] || { echo "$TAG --version needs a value (X.Y.Z)" >&2; exit 2; }
+      VERSION_ARG="$2"; shift ;;
+    --version=*) VERSION_ARG="${1#--version=}" ;;
     -*) echo "$TAG unknown option: $1" >&2; exit 2 ;;
     *)
       if [[ -n "$VENV_ARG" ]]; then echo "$TAG only one VENV_DIR may be given" >&2; exit 2; fi
@@ -58,7 +69,23 @@ while [[ $# -gt 0 ]]; do
   shift
 done
 
-VENV="${VENV_ARG:-${KVVERIFY_VLLM_VENV:-$REPO_ROOT/.venv-vllm}}"
+VLLM_VERSION="${VERSION_ARG:-$PINNED_VERSION}"
+[[ "$VLLM_VERSION" =~ ^[0-9]+\.[0-9]+\.[0-9]+(\.post[0-9]+)?$ ]] \
+  || { echo "$TAG --version must look like X.Y.Z, got '$VLLM_VERSION'" >&2; exit 2; }
+readonly VLLM_VERSION
+CONSTRAINTS="$REPO_ROOT/constraints/vllm-${VLLM_VERSION}.txt"
+if [[ ! -f "$CONSTRAINTS" ]]; then
+  AVAILABLE="$(cd "$REPO_ROOT/constraints" 2>/dev/null && ls vllm-*.txt 2>/dev/null \
+    | sed -e 's/^vllm-//' -e 's/\.txt$//' | sort -V | tr '\n' ' ')"
+  echo "$TAG ERROR: no lock for vLLM $VLLM_VERSION (constraints/vllm-${VLLM_VERSION}.txt does not exist); releases with a lock: ${AVAILABLE:-none}" >&2
+  exit 2
+fi
+if [[ "$VLLM_VERSION" == "$PINNED_VERSION" ]]; then
+  DEFAULT_VENV="${KVVERIFY_VLLM_VENV:-$REPO_ROOT/.venv-vllm}"
+else
+  DEFAULT_VENV="$REPO_ROOT/.venv-vllm-$VLLM_VERSION"
+fi
+VENV="${VENV_ARG:-$DEFAULT_VENV}"
 mkdir -p "$(dirname "$VENV")"
 VENV="$(cd "$(dirname "$VENV")" && pwd)/$(basename "$VENV")"
 PYTHON="${KVVERIFY_PYTHON:-python3}"
@@ -96,8 +123,14 @@ step_done() { TIMINGS+=("$1: $(( SECONDS - $2 ))s"); }
 [[ -f "$CONSTRAINTS" ]] || die "missing lock file $CONSTRAINTS"
 [[ -f "$REPO_ROOT/pyproject.toml" ]] || die "missing $REPO_ROOT/pyproject.toml (kvverify is installed editable from it)"
 command -v "$PYTHON" >/dev/null 2>&1 || die "interpreter '$PYTHON' not found (set KVVERIFY_PYTHON)"
-"$PYTHON" -c 'import sys; sys.exit(not ((3, 11) <= sys.version_info[:2] < (3, 15)))' \
-  || die "vLLM $VLLM_VERSION needs Python >=3.11,<3.15; '$PYTHON' is $("$PYTHON" -V 2>&1)"
+PY_BOUNDS="$(sed -n -E 's/^# requires-python: *(>=[0-9]+\.[0-9]+,<[0-9]+\.[0-9]+) *$/\1/p' "$CONSTRAINTS" | head -n1)"
+PY_BOUNDS="${PY_BOUNDS:->=3.11,<3.15}"
+"$PYTHON" - "$PY_BOUNDS" <<'PY' || die "vLLM $VLLM_VERSION needs Python $PY_BOUNDS; '$PYTHON' is $("$PYTHON" -V 2>&1)"
+import re, sys
+m = re.fullmatch(r">=(\d+)\.(\d+),<(\d+)\.(\d+)", sys.argv[1])
+lo, hi = (int(m[1]), int(m[2])), (int(m[3]), int(m[4]))
+sys.exit(not (lo <= sys.version_info[:2] < hi))
+PY
 
 TORCH_PIN="$(grep -E '^torch==' "$CONSTRAINTS" | head -n1)"
 [[ -n "$TORCH_PIN" ]] || die "no torch== pin in $CONSTRAINTS"
@@ -235,11 +268,18 @@ if torch.version.cuda is not None:
 import vllm
 if vllm.__version__ != want_vllm:
     problems.append(f"vllm.__version__ is {vllm.__version__}, want {want_vllm}")
+import importlib.util
+# Modules every release 0.19.1 ... 0.33.0 has (release-neutral), then the ones only
+# some releases have: imported when the release ships them.
+optional = [
+    m for m in ("vllm.v1.core.kv_cache_planning", "vllm.v1.core.kv_cache_config_builder")
+    if importlib.util.find_spec(m) is not None
+]
 for mod in (
     "vllm.config",
     "vllm.sampling_params",
     "vllm.v1.kv_cache_interface",
-    "vllm.v1.core.kv_cache_planning",
+    *optional,
     "vllm.v1.core.kv_cache_utils",
     "vllm.v1.core.block_pool",
     "vllm.v1.core.kv_cache_manager",
@@ -287,6 +327,11 @@ PY
 echo "$SELF_KEY" > "$SELF_STAMP"
 
 # ------------------------------------------------------------------ report
+if [[ $LOCK_READY -eq 0 ]]; then  # a fresh install: record its cost (`kvverify releases` shows it)
+  printf '{"vllm": "%s", "install_seconds": %d, "python": "%s", "date": "%s"}\n' \
+    "$VLLM_VERSION" "$(( SECONDS - T0 ))" "$("$VPY" -c 'import platform; print(platform.python_version())')" \
+    "$(date -u +%Y-%m-%dT%H:%MZ)" > "$VENV/.kvverify-install.json"
+fi
 log "timings: ${TIMINGS[*]:-nothing to do}; total $(( SECONDS - T0 ))s"
 log "venv size: $(du -sh "$VENV" 2>/dev/null | cut -f1)  ($VENV)"
 log "run with: VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 $VPY ..."

@@ -12,13 +12,11 @@ from kvverify.reference.config import VllmConfig
 from kvverify.reference.driver import WorkloadSpec, run_workload
 from kvverify.errors import KVVerifyError
 from kvverify.reference.kv_cache_manager import KVCacheManager
-from kvverify.reference.managers import (
-    ChunkedLocalAttentionManager,
-    CrossAttentionManager,
-    FullAttentionManager,
-    MambaManager,
-    SlidingWindowManager,
-)
+from kvverify.reference.managers.chunked_local import ChunkedLocalAttentionManager
+from kvverify.reference.managers.cross_attention import CrossAttentionManager
+from kvverify.reference.managers.full_attention import FullAttentionManager
+from kvverify.reference.managers.mamba import MambaManager
+from kvverify.reference.managers.sliding_window import SlidingWindowManager
 from kvverify.reference.planner import plan_kv_cache
 from kvverify.reference.request import Request
 from kvverify.reference.scheduler import Scheduler
@@ -237,7 +235,7 @@ def test_prefix_hit_counts_evictable_blocks_and_touches_them() -> None:
     a.num_computed_tokens = 13
     kvm.free(a)  # 3 full hashed blocks now sit in the free queue
     b = req("b", 13, kvm=kvm)
-    hit_blocks, hit = kvm.get_computed_blocks(b)
+    hit_blocks, hit, _ = kvm.get_computed_blocks(b)
     assert hit == 12 and hit_blocks.num_blocks == 3
     # the 3 hits are evictable: they cost 3 free blocks, plus 1 for the 13th token
     full_need = kvm.get_num_blocks_to_allocate_full(b, hit_blocks, hit)

@@ -12,8 +12,8 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
+from kvverify.hypothesis_hooks import rebuild
 from kvverify.targets import get_target
-from kvverify.zoo import overridden_settings
 
 QUICK = settings(max_examples=150, derandomize=True, database=None, deadline=None,
                  suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
@@ -21,8 +21,8 @@ QUICK = settings(max_examples=150, derandomize=True, database=None, deadline=Non
 
 
 def fails(prop, **kw) -> str:
-    with overridden_settings(prop, QUICK), pytest.raises(AssertionError) as info:
-        prop(target=get_target("reference"), **kw)
+    with pytest.raises(AssertionError) as info:
+        rebuild(prop, settings=QUICK)(target=get_target("reference"), **kw)
     return str(info.value)
 
 

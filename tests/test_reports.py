@@ -8,6 +8,7 @@ so the failure is immediate and the same on every run.
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import os
@@ -17,9 +18,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import HealthCheck, Phase, example, settings
 
 from kvverify import flaws, reports
+from kvverify.hypothesis_hooks import rebuild
 from kvverify.cli import main
 from kvverify.reference.config import VllmConfig
 from kvverify.props import startup
@@ -37,13 +39,14 @@ SEED_CASE = StartupCase(
 def _run_failing(tmp_path: Path, *, explicit: bool = True, found_by: str = "test") -> Path:
     """Run the property (a fresh wrapper: the shared function is never mutated) with the flaw on."""
     prop = startup.test_startup_check_passes_implies_servable
-    test = given(**prop.hypothesis._given_kwargs)(prop.hypothesis.inner_test)
-    test.hypothesis_explicit_examples = []
-    if explicit:
-        test = example(case=SEED_CASE, outputs=1)(test)
-    test = settings(max_examples=300, derandomize=True, database=None, deadline=None, print_blob=False,
-                    phases=[Phase.explicit, Phase.generate, Phase.shrink],
-                    suppress_health_check=list(HealthCheck))(test)
+    body = inner = prop.hypothesis.inner_test
+    if explicit:  # on a fresh body: the property's own @example list is never shared or grown
+        body = example(case=SEED_CASE, outputs=1)(functools.wraps(inner, updated=())(
+            lambda *a, **k: inner(*a, **k)))
+    test = rebuild(prop, inner=body, settings=settings(
+        max_examples=300, derandomize=True, database=None, deadline=None, print_blob=False,
+        phases=[Phase.explicit, Phase.generate, Phase.shrink] if explicit else [Phase.generate, Phase.shrink],
+        suppress_health_check=list(HealthCheck)))
     with reports.instrument([test]) as sink, flaws.enabled(FLAW):
         with pytest.raises(AssertionError) as info:
             test(target=get_target("reference"))
@@ -113,11 +116,12 @@ def test_shrunk_failure_is_small_and_replays(tmp_path: Path) -> None:
 
 def test_same_failure_same_file_same_content(tmp_path: Path) -> None:
     first = _run_failing(tmp_path)
-    before = first.read_bytes(), first.with_suffix(".md").read_bytes()
+    files = (first, first.with_suffix(".md"), first.with_suffix(".svg"))  # the .svg: the run's timeline
+    before = [f.read_bytes() for f in files]
     second = _run_failing(tmp_path)
     assert second == first
-    assert (second.read_bytes(), second.with_suffix(".md").read_bytes()) == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == [first.name, first.with_suffix(".md").name]
+    assert [f.read_bytes() for f in files] == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f.name for f in files)
 
 
 def test_example_round_trips(report_path: Path) -> None:
@@ -181,7 +185,7 @@ def test_two_workers_never_corrupt_reports(report_path: Path, tmp_path: Path) ->
             assert p.exitcode == 0
         assert list(errors) == []
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted(f"{r['id']}.{ext}" for r in (shared, other, third) for ext in ("json", "md"))
+    assert names == sorted(f"{r['id']}.{ext}" for r in (shared, other, third) for ext in ("json", "md", "svg"))
     for r in (shared, other, third):
         assert json.loads((out / f"{r['id']}.json").read_text()) == r
 

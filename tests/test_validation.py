@@ -7,12 +7,8 @@ import pytest
 from kvverify.reference.config import VllmConfig
 from kvverify.errors import ConfigError, KVVerifyError
 from kvverify.reference.planner import plan_kv_cache
-from kvverify.reference.specs import (
-    FullAttentionSpec,
-    MambaSpec,
-    SlidingWindowSpec,
-    spec_class,
-)
+from kvverify.reference.kinds import spec_class
+from kvverify.reference.specs import FullAttentionSpec, MambaSpec, SlidingWindowSpec
 
 
 @pytest.mark.parametrize("field,value", [

@@ -30,6 +30,10 @@ BUDGET = {
 
 def test_every_catalogued_flaw_has_a_catcher_and_budget() -> None:
     assert set(CATCHERS) == set(flaws.CATALOG) == set(BUDGET)
+    for name, flaw in flaws.CATALOG.items():
+        assert CATCHERS[name] is flaw.catching_property()
+        assert CATCHERS[name].__name__ == flaw.property_name
+        assert flaw.caught_by.startswith("kvverify.props.")
 
 
 @pytest.mark.parametrize("flaw", sorted(flaws.CATALOG))
@@ -56,9 +60,8 @@ def test_catching_properties_pass_unflawed(flaw) -> None:
     """The same properties pass on the faithful reference (quick run)."""
     from hypothesis import HealthCheck, settings
 
+    from kvverify.hypothesis_hooks import rebuild
     from kvverify.targets import get_target
-    from kvverify.zoo import overridden_settings
 
-    with overridden_settings(flaw, settings(max_examples=60, derandomize=True, database=None,
-                                            deadline=None, suppress_health_check=list(HealthCheck))):
-        flaw(target=get_target("reference"))
+    rebuild(flaw, settings=settings(max_examples=60, derandomize=True, database=None, deadline=None,
+                                    suppress_health_check=list(HealthCheck)))(target=get_target("reference"))

@@ -9,6 +9,8 @@
     kvverify report               index of all reports (Markdown + one self-contained HTML page)
     kvverify harness ...          allocate a plan with torch and check it
     kvverify models               the model catalog
+    kvverify releases             the suite against every installed vLLM release -> docs/releases.md
+    kvverify findings             the findings: fix option, vLLM patch, upstream-style test, verified
 
 Exit status: 0 all as expected, 1 a check/property/lemma failed (or a flaw escaped),
 2 bad input (the message names the field).
@@ -87,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     else:
         add_harness_parser(sub)
     add_models_parser(sub, flaw_choices)
+    from kvverify.cli.findings import add_findings_parser
+    add_findings_parser(sub)
+    from kvverify.cli.releases import add_releases_parser
+    add_releases_parser(sub)
     return p
 
 

@@ -1,9 +1,10 @@
 """``kvverify check``: the operator's linter.
 
-Plans the KV cache like vLLM's startup (the reference planner), runs the startup check,
-then judges servability by *running* one max_model_len request alone on the runtime pool
-(N - 1 usable blocks) with the reference scheduler, a prompt-heavy and a decode-heavy
-split, never by the check's own formula.
+Plans the KV cache like vLLM's startup, runs the startup check, then judges servability by
+*running* one max_model_len request alone on the runtime pool (N - 1 usable blocks), a
+prompt-heavy and a decode-heavy split, never by the check's own formula. Every step goes
+through a :class:`~kvverify.targets.base.Target` (``--target``, the reference by default):
+its planner, its reported concurrency and its scheduler.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from kvverify.cli.common import (
     EXIT_FAIL,
@@ -30,6 +31,12 @@ from kvverify.cli.common import (
     make_console,
 )
 from kvverify.errors import ConfigError, KVVerifyError
+
+if TYPE_CHECKING:
+    from kvverify.reference.config import VllmConfig
+    from kvverify.reference.planner import StartupPlan
+    from kvverify.reference.specs import KVCacheSpec
+    from kvverify.targets.base import Target
 
 #: above this many blocks, a servability run uses a pool of this many (a request alone never
 #: touches more than its own blocks; building millions of free-list entries only costs time)
@@ -62,16 +69,18 @@ def run_check(layout: Any, *, max_model_len: int | str | None = None, block_size
               gpu_memory_bytes: int | None = None, gpu_memory_utilization: float = 0.92,
               non_kv_cache_memory_bytes: int = 0, enable_prefix_caching: bool = True,
               mamba_cache_mode: str | None = None, kv_cache_dtype: str = "auto",
-              flaw_names: Sequence[str] = (), target: str = "reference") -> dict[str, Any]:
+              flaw_names: Sequence[str] = (), target: str = "reference",
+              record_trace: bool = False, fix_names: Sequence[str] = ()) -> dict[str, Any]:
     """Plan ``layout`` like vLLM's startup does, then run a max_model_len request on the pool.
 
     ``starts`` is the startup check's verdict; ``servable`` is judged by running one
     request of ``prompt + outputs = max_model_len`` alone on the runtime pool (N - 1
-    usable blocks) with the reference scheduler — never by the check's own formula.
+    usable blocks) with the target's scheduler — never by the check's own formula.
+    ``target`` names the system under test (:func:`kvverify.targets.get_target`); a flaw
+    applies to the reference only.
     """
     from kvverify import catalog
     from kvverify.reference.config import VllmConfig
-    from kvverify.reference.planner import get_max_concurrency_for_kv_cache_config
     from kvverify.targets import get_target
 
     notes: list[str] = []
@@ -102,8 +111,16 @@ def run_check(layout: Any, *, max_model_len: int | str | None = None, block_size
         mamba_cache_mode = "align" if (layout.has_mamba and enable_prefix_caching) else "none"
     source = ("num_gpu_blocks_override" if num_gpu_blocks_override is not None else
               "kv_cache_memory_bytes" if kv_cache_memory_bytes is not None else "profiled memory")
+    if flaw_names and target != "reference":
+        raise ConfigError("flaw", list(flaw_names), f"bug-zoo flaws switch the reference only, not "
+                          f"target {target!r}")
+    from kvverify import fixes
+    fix_names = list(fix_names)
+    if fix_names and target == "vllm":  # the findings' patches, before vLLM is imported
+        from kvverify.targets import overlay
+        overlay.activate(fix_names)
     tgt = get_target(target)
-    with flaws_on(flaw_names):
+    with flaws_on(flaw_names), fixes.enabled(*fix_names):
         config = VllmConfig(block_size=block_size, max_num_batched_tokens=max_num_batched_tokens,
                             max_num_seqs=max_num_seqs, num_gpu_blocks_override=num_gpu_blocks_override,
                             kv_cache_memory_bytes=kv_cache_memory_bytes, gpu_memory_bytes=gpu_memory_bytes,
@@ -116,15 +133,16 @@ def run_check(layout: Any, *, max_model_len: int | str | None = None, block_size
         if built.vllm_config.block_size != block_size:
             notes.append(f"block_size raised from {block_size} to {built.vllm_config.block_size}: the "
                          "attention page must hold the Mamba state (upstream _align_hybrid_block_size)")
-        servable, runs, run_note = _servability(tgt, plan)
+        servable, runs, run_note = _servability(tgt, plan, record_trace=record_trace)
         if run_note:
             notes.append(run_note)
-        concurrency = get_max_concurrency_for_kv_cache_config(plan.vllm_config, plan.kv_cache_config)
+        concurrency = tgt.max_concurrency(plan)
     suggested = None
     if not (plan.starts and servable) and max_pos is not None:
-        # what the faithful reference's auto-fit picks (never computed with a flaw on)
-        suggested = _suggest_length(tgt, built.vllm_config, built.layer_specs, max_pos,
-                                    requested if isinstance(requested, int) else max_pos)
+        # what the target's auto-fit picks (never computed with a flaw on)
+        with fixes.enabled(*fix_names):
+            suggested = _suggest_length(tgt, built.vllm_config, built.layer_specs, max_pos,
+                                        requested if isinstance(requested, int) else max_pos)
     groups = []
     for g, blocks in zip(plan.groups, plan.blocks_per_group):
         spec = g.kv_cache_spec
@@ -135,7 +153,9 @@ def run_check(layout: Any, *, max_model_len: int | str | None = None, block_size
         "model": layout.name,
         "source": layout.source or None,
         "layers": layout.kind_counts(),
+        "target": tgt.name,
         "flaws": list(flaw_names),
+        "fixes": fix_names,
         "starts": plan.starts,
         "servable": servable,
         "num_blocks": plan.num_blocks,
@@ -160,6 +180,9 @@ def run_check(layout: Any, *, max_model_len: int | str | None = None, block_size
         "notes": notes,
     }
     result["verdict"] = _verdict(result)
+    if record_trace:  # per split: the step-by-step trace (kvverify.steptrace) and the startup bound
+        result["trace"] = [{"split": run["split"], "bound": plan.blocks_needed_per_request, **run.pop("trace")}
+                           for run in runs if "trace" in run]
     return result
 
 
@@ -170,10 +193,13 @@ def _member_specs(spec: Any) -> list[Any]:
     return [spec]
 
 
-def _servability(tgt: Any, plan: Any) -> tuple[bool, list[dict[str, Any]], str | None]:
-    """Run a max_model_len request alone on the plan's pool: prompt-heavy, then decode-heavy."""
+def _servability(tgt: Target, plan: StartupPlan,
+                 record_trace: bool = False) -> tuple[bool, list[dict[str, Any]], str | None]:
+    """Run a max_model_len request alone on the plan's pool: prompt-heavy, then decode-heavy
+    (``record_trace``: each run's :class:`~kvverify.steptrace.StepTrace` under ``"trace"``)."""
     from kvverify.reference.planner import get_kv_cache_config_from_groups
     from kvverify.reference.workloads import full_length_request
+    from kvverify.steptrace import StepRecorder
 
     length = plan.vllm_config.max_model_len
     if length < 2:
@@ -195,17 +221,22 @@ def _servability(tgt: Any, plan: Any) -> tuple[bool, list[dict[str, Any]], str |
     runs = []
     for label, outputs in splits:
         t0 = time.perf_counter()
-        result = tgt.run_workload(run_plan, [full_length_request(length, outputs)], keep_trace=False)
+        recorder = StepRecorder() if record_trace else None
+        result = tgt.run_workload(run_plan, [full_length_request(length, outputs)], keep_trace=False,
+                                  recorder=recorder)
         runs.append({"split": label, "prompt_tokens": length - outputs, "output_tokens": outputs,
                      "completed": result.completed, "steps": result.steps, "stall": result.stall_reason,
                      "error": result.error, "running": result.running, "waiting": result.waiting,
                      "seconds": round(time.perf_counter() - t0, 3)})
+        if recorder is not None and recorder.result is not None:
+            runs[-1]["trace"] = recorder.result.to_json()
         if not result.completed:
             break  # one failing split settles it
     return all(r["completed"] for r in runs), runs, "; ".join(notes) or None
 
 
-def _suggest_length(tgt: Any, config: Any, specs: Any, max_pos: int, upper: int) -> int | None:
+def _suggest_length(tgt: Target, config: VllmConfig, specs: Mapping[str, KVCacheSpec], max_pos: int,
+                    upper: int) -> int | None:
     """The auto-fit length (what ``--max-model-len auto`` would choose) at this budget."""
     cfg = dataclasses.replace(config, max_model_len=-1, max_position_embeddings=max(2, min(max_pos, upper)))
     try:
@@ -311,6 +342,26 @@ def print_check(r: dict[str, Any], console: Any) -> None:
                   + ("[/bold green]" if ok else "[/bold red]"))
 
 
+def write_check_plot(result: Mapping[str, Any], path: str | Path) -> Path:
+    """The timeline SVG of a check's runs (``result["trace"]``), written atomically."""
+    from kvverify.reports.common import atomic_write_text
+    from kvverify.reports.timeline import TimelineRun, render_timeline
+    from kvverify.steptrace import StepTrace
+
+    runs = [TimelineRun(f"{t['split']} run: {r['prompt_tokens']:,} prompt + {r['output_tokens']:,} output tokens",
+                        StepTrace.from_json(t), t.get("bound"))
+            for t, r in zip(result.get("trace") or [], result["servable_runs"])]
+    if not runs:
+        raise ConfigError("plot", str(path), "no run to draw: max_model_len < 2 leaves no request to run")
+    flaws = f" (flaw {', '.join(result['flaws'])})" if result.get("flaws") else ""
+    title = (f"kvverify check — {result['model']}{flaws}: max_model_len {result['max_model_len']:,}, "
+             f"B = {result['block_size']}, {result['num_blocks']:,} blocks")
+    verdict = str(result.get("verdict") or "")
+    out = Path(path)
+    atomic_write_text(out, render_timeline(runs, title=title, subtitle=verdict))
+    return out
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     layout = load_layout(args.model, args.config_json)
     result = run_check(
@@ -320,7 +371,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         gpu_memory_bytes=args.gpu_memory_bytes, gpu_memory_utilization=args.gpu_memory_utilization,
         non_kv_cache_memory_bytes=args.non_kv_cache_memory_bytes or 0,
         enable_prefix_caching=args.enable_prefix_caching, mamba_cache_mode=args.mamba_cache_mode,
-        kv_cache_dtype=args.kv_cache_dtype, flaw_names=args.flaw or ())
+        kv_cache_dtype=args.kv_cache_dtype, flaw_names=args.flaw or (), target=args.target,
+        fix_names=args.fix or (),
+        record_trace=bool(args.plot or args.trace))
+    if args.plot:
+        write_check_plot(result, args.plot)
+    if not args.trace:
+        result.pop("trace", None)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -368,6 +425,16 @@ def add_check_parser(sub: Any, flaw_choices: list[str]) -> argparse.ArgumentPars
     c.add_argument("--flaw", action="append", choices=flaw_choices, metavar="NAME",
                    help="run on the reference with a bug-zoo flaw on: what the historical engine did "
                         "(see `kvverify zoo --list`)")
+    c.add_argument("--target", choices=("reference", "vllm"), default="reference",
+                   help="system under test: the reference (default) or the installed, pinned vLLM "
+                        "(its planner, reported concurrency and scheduler)")
+    c.add_argument("--fix", action="append", metavar="NAME",
+                   help="a finding's proposed fix (repeatable; `kvverify findings`): the reference runs "
+                        "with the fix option, --target vllm with the finding's patch applied")
     c.add_argument("--json", action="store_true", help="print one JSON object")
+    c.add_argument("--trace", action="store_true", help="with --json: add `trace`, each run's per-step trace "
+                   "(blocks held per group, free blocks, running/waiting, preemptions, refusals)")
+    c.add_argument("--plot", metavar="FILE.svg", help="draw each run step by step as a self-contained SVG "
+                   "timeline (blocks held, free, usable N - 1, the startup bound, running/waiting)")
     c.set_defaults(func=cmd_check)
     return c

@@ -60,7 +60,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
         for col in ("flaw", "upstream", "symptom", "caught by"):
             t.add_column(col, overflow="fold")
         for f in flaws.CATALOG.values():
-            t.add_row(f.name, f.upstream, f.symptom, f.caught_by)
+            t.add_row(f.name, f.upstream, f.symptom, f.property_name)
         make_console().print(t)
         return EXIT_OK
     zoo = _zoo_module()
@@ -123,7 +123,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     md, html_path, n = reports.render_index(where)
     items = reports.list_reports(where)
     if args.json:
-        print(json.dumps({"index_md": str(md), "index_html": str(html_path), "count": n,
+        print(json.dumps({"index_md": str(md), "index_html": str(html_path),
+                          "overview_svg": str(where / reports.OVERVIEW_SVG), "count": n,
                           "reports": [{"file": str(p), "property": r.get("property"), "flaws": r.get("flaws"),
                                        "violation": (r.get("violation") or {}).get("name"),
                                        "replay": f"kvverify replay {reports.display_path(p)}"} for p, r in items]},
@@ -141,7 +142,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         console.print(t)
     else:
         console.print(f"no reports in {reports.display_path(where)}")
-    console.print(f"index: {reports.display_path(md)} and {reports.display_path(html_path)}")
+    console.print(f"index: {reports.display_path(md)} and {reports.display_path(html_path)} "
+                  f"(overview picture: {reports.display_path(where / reports.OVERVIEW_SVG)})")
     return EXIT_OK
 
 

@@ -67,13 +67,14 @@ def discover_properties(suite: str | Path | None = "properties") -> list[FuzzPro
 
     import kvverify.props as props
     from kvverify import reports
+    from kvverify.hypothesis_hooks import strategies_of
 
     found: list[FuzzProperty] = []
     by_id: dict[int, FuzzProperty] = {}
 
     def consider(name: str, value: Any, module: Any, file: str | None) -> None:
         if reports.is_property(value):
-            given_kwargs = getattr(value.hypothesis, "_given_kwargs", None)
+            given_kwargs = strategies_of(value)
             if given_kwargs is None:
                 return
             params = set(inspect.signature(value.hypothesis.inner_test).parameters)
@@ -170,7 +171,7 @@ def run_fuzz(seconds: float = 60.0, *, profile: str = "dev", flaw_names: Sequenc
              seed: int | None = None, patterns: Sequence[str] | None = None, shard: str | None = None,
              batch: int = 50, suite: str | Path | None = "properties", report_xfail: bool = False,
              reports_dir: str | Path | None = None, target: str = "reference", console: Any = None,
-             live: bool = True) -> FuzzSummary:
+             live: bool = True, fix_names: Sequence[str] = ()) -> FuzzSummary:
     """Run the property suites round-robin, in batches, until ``seconds`` are spent.
 
     Each batch runs one property under the profile's settings with ``max_examples``
@@ -183,9 +184,20 @@ def run_fuzz(seconds: float = 60.0, *, profile: str = "dev", flaw_names: Sequenc
     from kvverify import profiles  # noqa: F401 - registers the profiles
     from kvverify.targets import get_target
 
+    from kvverify import fixes
+    from kvverify.props.findings import is_fixed
+
     base = Settings.get_profile(profile)
     flaw_names = list(flaw_names)
+    fix_names = list(fix_names)
+    if fix_names and target == "vllm":  # the findings' patches, before anything imports vLLM
+        from kvverify.targets import overlay
+        overlay.activate(fix_names)
     props = _select(discover_properties(suite), patterns, shard)
+    with fixes.enabled(*fix_names):
+        for p in props:  # a known failure whose fixes are on must pass
+            if p.xfail is not None and is_fixed(p.name, target):
+                p.xfail = None
     tgt = get_target(target)
     console = console or make_console()
     written: list[str] = []
@@ -207,7 +219,7 @@ def run_fuzz(seconds: float = 60.0, *, profile: str = "dev", flaw_names: Sequenc
         task = progress.add_task("", total=seconds, examples=0, failures=0)
         progress.start()
     try:
-        with flaws_on(flaw_names):
+        with flaws_on(flaw_names), fixes.enabled(*fix_names):
             while time.monotonic() < deadline:
                 pending = [p for p in props if not p.done]
                 if not pending:
@@ -238,12 +250,12 @@ def run_fuzz(seconds: float = 60.0, *, profile: str = "dev", flaw_names: Sequenc
 def _fuzz_batch(prop: FuzzProperty, base: Any, remaining: float, pending: int, batch: int, seed: int | None,
                 rnd: int, tgt: Any, report_xfail: bool, reports_dir: Any, written: list[str],
                 console: Any) -> None:
-    from hypothesis import HealthCheck, Phase, given
-    from hypothesis import seed as seed_decorator
+    from hypothesis import HealthCheck, Phase
     from hypothesis import settings as Settings
     from hypothesis.errors import Unsatisfiable
 
     from kvverify import reports
+    from kvverify.hypothesis_hooks import rebuild
 
     per_example = prop.seconds / prop.examples if prop.examples else 0.02
     slice_s = max(0.5, min(remaining, remaining / max(1, pending), 10.0))
@@ -251,10 +263,12 @@ def _fuzz_batch(prop: FuzzProperty, base: Any, remaining: float, pending: int, b
         n = base.max_examples
     else:
         n = max(1, min(batch, int(slice_s / max(per_example, 1e-4))))
-    # no explain phase: its coverage tracing costs seconds per failure, the report has the rest
+    # no explain phase: its coverage tracing costs seconds per failure, the report has the rest;
+    # the property's own @example cases run in the first batch only
     s = Settings(base, max_examples=n, deadline=None, print_blob=True,
                  suppress_health_check=list(HealthCheck),
-                 phases=[ph for ph in base.phases if ph is not Phase.explain])
+                 phases=[ph for ph in base.phases if ph is not Phase.explain
+                         and (ph is not Phase.explicit or prop.batches == 0)])
     batch_seed = None if seed is None else (seed * 1_000_003 + rnd * 7919 + zlib.crc32(prop.name.encode())) % 2**32
     t0 = time.perf_counter()
     prop.batches += 1
@@ -262,14 +276,7 @@ def _fuzz_batch(prop: FuzzProperty, base: Any, remaining: float, pending: int, b
         _fuzz_machine(prop, s, batch_seed, report_xfail, reports_dir, written, console)
         prop.seconds += time.perf_counter() - t0
         return
-    fn = prop.obj
-    test = given(**fn.hypothesis._given_kwargs)(fn.hypothesis.inner_test)
-    # the property's own @example cases run in the first batch only (a fresh list: never shared)
-    explicit = list(getattr(fn, "hypothesis_explicit_examples", ())) if prop.batches == 1 else []
-    test.hypothesis_explicit_examples = explicit  # type: ignore[attr-defined]
-    test = s(test)
-    if batch_seed is not None:
-        test = seed_decorator(batch_seed)(test)
+    test = rebuild(prop.obj, settings=s, seed=batch_seed)
     with reports.instrument([test]) as sink:
         try:
             test(target=tgt)
@@ -311,6 +318,7 @@ def _fuzz_machine(prop: FuzzProperty, s: Any, batch_seed: int | None, report_xfa
     from hypothesis.stateful import run_state_machine_as_test
 
     from kvverify import flaws, reports
+    from kvverify.hypothesis_hooks import seeded_machine
     from kvverify.reports import active_fixes
 
     machine = prop.obj
@@ -323,7 +331,7 @@ def _fuzz_machine(prop: FuzzProperty, s: Any, batch_seed: int | None, report_xfa
     runner = type(machine.__name__, (machine,), {"__init__": counting_init, "__module__": machine.__module__,
                                                   "__qualname__": machine.__qualname__})
     if batch_seed is not None:
-        runner._hypothesis_internal_use_seed = batch_seed  # type: ignore[attr-defined]
+        runner = seeded_machine(runner, batch_seed)
     try:
         run_state_machine_as_test(runner, settings=s)
     except Unsatisfiable:
@@ -387,7 +395,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
             print(f"{p.name}  ({p.kind}, {p.module}){mark}")
         return EXIT_OK
     console = make_console(stderr=args.json)
-    summary = run_fuzz(args.seconds, profile=args.profile, flaw_names=args.flaw or (), seed=args.seed,
+    summary = run_fuzz(args.seconds, profile=args.profile, flaw_names=args.flaw or (), fix_names=args.fix or (),
+                       seed=args.seed,
                        patterns=args.property, shard=args.shard, batch=args.batch, suite=args.suite,
                        report_xfail=args.report_xfail, reports_dir=args.reports_dir, target=args.target,
                        console=console, live=not args.json and not args.no_progress)
@@ -421,6 +430,10 @@ def add_fuzz_parser(sub: Any, flaw_choices: list[str]) -> argparse.ArgumentParse
     f.add_argument("--suite", default="properties", metavar="DIR",
                    help="suite files whose xfail marks name known findings (properties)")
     f.add_argument("--target", default="reference", help="system under test (reference)")
+    f.add_argument("--fix", action="append", metavar="NAME",
+                   help="a finding's proposed fix (repeatable; `kvverify findings`): the reference runs with "
+                        "the fix option, --target vllm with the finding's patch applied; its known failure "
+                        "must then pass")
     f.add_argument("--report-xfail", action="store_true", help="also report known findings")
     f.add_argument("--reports-dir", metavar="DIR", help="where reports go ($KVVERIFY_REPORTS_DIR or reports/)")
     f.add_argument("--list", action="store_true", help="list the properties and exit")

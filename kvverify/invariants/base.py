@@ -46,5 +46,5 @@ def assert_no_violations(violations: Sequence[Violation]) -> None:
             for v in violations:
                 note(str(v))
         err = AssertionError("\n".join(str(v) for v in violations))
-        err.violations = list(violations)  # type: ignore[attr-defined]  (exact evidence for reports)
+        err.violations = list(violations)  # type: ignore[attr-defined]  # exact evidence for reports
         raise err

@@ -8,15 +8,15 @@ run dry mid-request.
 from __future__ import annotations
 
 from kvverify.invariants.base import Violation
-from kvverify.reference.specs import ChunkedLocalAttentionSpec, SlidingWindowSpec
+from kvverify.reference import kinds
 
 
 def check_held_within_caps(kv_cache_manager, vllm_config, step: int) -> list[Violation]:
     for gi, manager in enumerate(kv_cache_manager.coordinator.single_type_managers):
         spec = manager.kv_cache_spec
-        if not isinstance(spec, (SlidingWindowSpec, ChunkedLocalAttentionSpec)):
+        cap = kinds.admission_cap(spec, vllm_config.max_in_flight_tokens, vllm_config.max_model_len)
+        if cap is None:
             continue
-        cap = spec.max_admission_blocks_per_request(vllm_config.max_in_flight_tokens, vllm_config.max_model_len)
         for rid, blocks in manager.req_to_blocks.items():
             held = sum(1 for b in blocks if not b.is_null)
             if held > cap:

@@ -8,6 +8,7 @@ that hash and vice versa; usage is in [0, 1].
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from kvverify.invariants.base import Violation
 
@@ -61,4 +62,63 @@ def check_pool(kv_cache_manager) -> list[Violation]:
     usage = pool.get_usage()
     if not 0.0 <= usage <= 1.0:
         out.append(Violation("pool.usage_range", "usage outside [0, 1]", {"usage": usage}))
+    # exact, not only in range: the fraction of the N - 1 usable blocks that are not free
+    # (0.0 on an empty pool, 1.0 on a full one; upstream BlockPool.get_usage)
+    exact = 1.0 - len(free) / (n - 1) if n > 1 else 0.0
+    if abs(usage - exact) > 1e-9:
+        out.append(Violation("pool.usage_exact", "usage is not 1 - free / (N - 1)",
+                             {"usage": usage, "expected": exact, "free": len(free), "num_blocks": n}))
     return out
+
+
+class FreeQueueRecorder:
+    """Checks every ``BlockPool`` call against upstream's exact free-queue order.
+
+    Upstream ``FreeKVCacheBlockQueue`` semantics, from the pool's API: ``get_new_blocks(n)``
+    hands out the first ``n`` free blocks (LRU eviction order) and leaves the rest in order;
+    ``touch`` takes hit blocks with ``ref_cnt == 0`` out of the queue, order otherwise kept;
+    ``free_blocks(ordered)`` puts the blocks whose count drops to 0 back: unhashed ones (or
+    all, caching off) at the head in the given order, hashed ones at the tail in the given
+    order. Wraps the pool instance's methods; ``violations`` collects the first mismatches.
+    """
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self.violations: list[Violation] = []
+        get_new, touch, free = pool.get_new_blocks, pool.touch, pool.free_blocks
+
+        def get_new_blocks(num_blocks: int) -> Any:
+            before = pool.free_block_ids()
+            got = get_new(num_blocks)
+            self._expect("get_new_blocks", [b.block_id for b in got], before[:num_blocks])
+            self._expect("get_new_blocks.rest", pool.free_block_ids(), before[num_blocks:])
+            return got
+
+        def touch_(blocks: Any) -> None:
+            blocks = list(blocks)
+            before = pool.free_block_ids()
+            taken = {b.block_id for b in blocks if not b.is_null and b.ref_cnt == 0}
+            touch(blocks)
+            self._expect("touch", pool.free_block_ids(), [i for i in before if i not in taken])
+
+        def free_blocks(ordered: Any) -> None:
+            ordered = list(ordered)
+            before = pool.free_block_ids()
+            counts: dict[int, int] = {}
+            first: list[int] = []
+            last: list[int] = []
+            for b in ordered:
+                if b.is_null:
+                    continue
+                counts[b.block_id] = counts.get(b.block_id, b.ref_cnt) - 1
+                if counts[b.block_id] == 0:
+                    (first if b.block_hash is None or not pool.enable_caching else last).append(b.block_id)
+            free(ordered)
+            self._expect("free_blocks", pool.free_block_ids(), first + before + last)
+
+        pool.get_new_blocks, pool.touch, pool.free_blocks = get_new_blocks, touch_, free_blocks
+
+    def _expect(self, call: str, got: list[int], expected: list[int]) -> None:
+        if got != expected and len(self.violations) < 3:
+            self.violations.append(Violation("pool.free_queue_order", f"{call}: free queue not in upstream's order",
+                                             {"got": got[:12], "expected": expected[:12]}))

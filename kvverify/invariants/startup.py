@@ -19,7 +19,8 @@ from dataclasses import replace
 from kvverify.reference.driver import WorkloadResult
 from kvverify.invariants.base import Violation
 from kvverify.reference.planner import StartupPlan
-from kvverify.reference.specs import ChunkedLocalAttentionSpec, SlidingWindowSpec, iter_layer_specs
+from kvverify.reference import kinds
+from kvverify.reference.specs import iter_layer_specs
 from kvverify.targets.base import Target
 from kvverify.reference.workloads import full_length_request
 
@@ -43,8 +44,7 @@ def run_full_length(target: Target, plan: StartupPlan, num_outputs: int = 1) -> 
 
 
 def has_recycling_groups(plan: StartupPlan) -> bool:
-    return any(isinstance(s, (SlidingWindowSpec, ChunkedLocalAttentionSpec))
-               for g in plan.groups for s in iter_layer_specs(g.kv_cache_spec))
+    return any(kinds.is_recycling(s) for g in plan.groups for s in iter_layer_specs(g.kv_cache_spec))
 
 
 def check_startup_vs_runtime(target: Target, plan: StartupPlan, num_outputs: int = 1,

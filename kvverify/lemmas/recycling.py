@@ -12,6 +12,7 @@ per-step prediction equals what the allocator pulls (PR #40027).
 
 from __future__ import annotations
 
+import functools
 from typing import Iterator, Mapping
 
 from kvverify.reference import arith
@@ -38,25 +39,42 @@ from kvverify.lemmas.replay import (
     run_steps,
     too_big,
 )
+from kvverify.reference import kinds
 from kvverify.reference.managers.registry import get_manager_for_kv_cache_spec
 from kvverify.reference.ops import and_, cdiv, divides, ite, max_, min_
 from kvverify.reference.pool import BlockPool
-from kvverify.reference.specs import ChunkedLocalAttentionSpec, SlidingWindowSpec
 
-KINDS = ("swa", "chunked")
+
+def _models() -> dict[str, kinds.SpecKind]:
+    """Recycling kinds by their lemma label (``swa``, ``chunked``), from the kinds registry."""
+    return {k.held.label: k for k in kinds.recycling_kinds() if k.held is not None}
+
+
+def recycling_labels() -> tuple[str, ...]:
+    """The lemma labels of every registered recycling kind: each gets the held/bound/gate/
+    predictor lemmas below."""
+    return tuple(_models())
+
+
+def held_model(kind: str) -> kinds.HeldBlockModel:
+    held = _models()[kind].held
+    assert held is not None
+    return held
+
+
+def _params(kind: str, v: Mapping) -> dict:
+    """The kind's window params by spec field, from the lemma variables (by symbol)."""
+    return held_model(kind).values({p.field: v[p.symbol] for p in held_model(kind).params
+                                    if p.symbol in v})
 
 
 def cap_of(kind: str, v: Mapping, block_size: int):
     """``max_admission_blocks_per_request`` of the kind's spec (``F`` in flight, length ``L``)."""
-    if kind == "swa":
-        return arith.sliding_window_admission_blocks(v["W"], v.get("E", 0), v["F"], v["L"], block_size)
-    return arith.chunked_local_admission_blocks(v["C"], v["F"], v["L"], block_size)
+    return held_model(kind).admission_cap(_params(kind, v), v["F"], v["L"], block_size)
 
 
 def skipped_tokens(kind: str, num_computed, v: Mapping):
-    if kind == "swa":
-        return arith.sliding_window_skipped_tokens(num_computed, v["W"], v.get("E", 0))
-    return arith.chunked_local_skipped_tokens(num_computed, v["C"])
+    return held_model(kind).skipped_tokens(num_computed, _params(kind, v))
 
 
 def held(kind: str, v: Mapping, block_size: int):
@@ -64,10 +82,10 @@ def held(kind: str, v: Mapping, block_size: int):
     return arith.blocks_held_after_step(v["n"] + v["k"], skipped_tokens(kind, v["n"], v), block_size)
 
 
-def _window_vars(kind: str) -> tuple[Var, ...]:
-    if kind == "swa":
-        return (Var("W", 1, MAX_WINDOW), Var("E", 0, 2**10))
-    return (Var("C", 1, MAX_WINDOW),)
+def _window_vars(kind: str, first_only: bool = False) -> tuple[Var, ...]:
+    params = held_model(kind).params[:1] if first_only else held_model(kind).params
+    return tuple(Var(p.symbol, p.minimum, MAX_WINDOW if p.maximum is None else p.maximum)
+                 for p in params)
 
 
 def _step_vars(kind: str, first_n: int = 0) -> tuple[Var, ...]:
@@ -80,10 +98,7 @@ def _step_domain(v: Mapping) -> list:
 
 
 def _spec(kind: str, block_size: int, v: Mapping[str, int]):
-    if kind == "swa":
-        return SlidingWindowSpec(**attention_kwargs(block_size), sliding_window=v["W"],
-                                 extra_retained_tokens=v.get("E", 0))
-    return ChunkedLocalAttentionSpec(**attention_kwargs(block_size), attention_chunk_size=v["C"])
+    return _models()[kind].spec_cls(**attention_kwargs(block_size), **_params(kind, v))
 
 
 def _manager(kind: str, block_size: int, v: Mapping[str, int], num_blocks: int):
@@ -253,7 +268,7 @@ SWA_TIGHT = Lemma(
 
 
 def _bound_cases() -> Iterator[Case]:
-    for kind in KINDS:
+    for kind in recycling_labels():
         for b in BLOCK_SIZES:
             def claim(v: Mapping, kind: str = kind, b: int = b) -> object:
                 cap = cap_of(kind, v, b)
@@ -291,8 +306,8 @@ ONE_SOURCE = Lemma(
 
 
 def _gate_cases() -> Iterator[Case]:
-    for kind in KINDS:
-        mix = "full+swa" if kind == "swa" else "full+chunked"
+    for kind in recycling_labels():
+        mix = f"full+{kind}"
         for b in BLOCK_SIZES:
             bpb = page_of(b)
 
@@ -312,7 +327,7 @@ def _gate_cases() -> Iterator[Case]:
                 free = arith.usable_blocks(arith.runtime_num_blocks(v["memory"], bpb))
                 return arith.allocation_fits(need, 0, free)
 
-            window = (Var("W", 1, MAX_WINDOW),) if kind == "swa" else (Var("C", 1, MAX_WINDOW),)
+            window = _window_vars(kind, first_only=True)
             yield Case(f"{mix}, B={b}", {"kind": kind, "mix": mix, "block_size": b, "bytes_per_block": bpb},
                        (Var("L", 1, MAX_TOKENS_SYM), Var("n", 1, MAX_TOKENS_SYM), Var("F", 1, MAX_WINDOW),
                         Var("memory", 1, MAX_BYTES)) + window,
@@ -322,7 +337,7 @@ def _gate_cases() -> Iterator[Case]:
 def _replay_gate(case: Case, v: Mapping[str, int]) -> ReplayOutcome:
     p = case.params
     b = p["block_size"]
-    specs = mix_specs(p["mix"], b, v.get("W", v.get("C")))
+    specs = mix_specs(p["mix"], b, v[held_model(p["kind"]).params[0].symbol])
     cfg = VllmConfig(block_size=b, max_model_len=v["L"], max_num_batched_tokens=v["F"],
                      kv_cache_memory_bytes=v["memory"])
     pl = plan(cfg, specs)
@@ -358,7 +373,7 @@ GATE = Lemma(
 
 
 def _predictor_cases() -> Iterator[Case]:
-    for kind in KINDS:
+    for kind in recycling_labels():
         for b in BLOCK_SIZES:
             def claim(v: Mapping, kind: str = kind, b: int = b) -> object:
                 slots = arith.full_attention_blocks(v["n"], b)  # table after the previous steps
@@ -435,4 +450,31 @@ MAMBA = Lemma(
     cases=_mamba_cases)
 
 
-LEMMAS = [SWA_HELD, SWA_TIGHT, CHUNKED_HELD, CHUNKED_HELD_ALIGNED, ONE_SOURCE, GATE, PREDICTOR, MAMBA]
+# --- held <= cap for every other registered recycling kind ---------------------------------
+
+
+def held_lemma_labels(lemma: Lemma) -> set[str]:
+    """The recycling kinds (lemma labels) a held-within-cap lemma's cases cover."""
+    return {c.params["kind"] for c in lemma.cases()}
+
+
+def generated_held_lemmas() -> list[Lemma]:
+    """``held <= cap`` for each registered recycling kind that no hand-written lemma above
+    covers (a new kind is proved against its registered formulas without a lemma of its own)."""
+    covered = held_lemma_labels(SWA_HELD) | held_lemma_labels(CHUNKED_HELD)
+    out = []
+    for label, kind in _models().items():
+        if label in covered:
+            continue
+        symbols = ", ".join(p.symbol for p in held_model(label).params)
+        out.append(Lemma(
+            name=f"{kind.name}_held_within_cap", topic=kind.name,
+            statement=("blocks held after recycling at any step <= max_admission_blocks_per_request "
+                       "(the registered formula)"),
+            domain=f"{_STEP_DOMAIN}; {symbols} symbolic; B enumerated {list(BLOCK_SIZES)}",
+            cases=functools.partial(_held_cases, label), replay=_replay_held))
+    return out
+
+
+LEMMAS = [SWA_HELD, SWA_TIGHT, CHUNKED_HELD, CHUNKED_HELD_ALIGNED, ONE_SOURCE, GATE, PREDICTOR, MAMBA,
+          *generated_held_lemmas()]

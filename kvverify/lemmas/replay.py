@@ -12,12 +12,8 @@ from typing import Mapping
 from kvverify.reference.config import VllmConfig
 from kvverify.errors import KVVerifyError
 from kvverify.reference.planner import StartupPlan, plan_kv_cache
-from kvverify.reference.specs import (
-    ChunkedLocalAttentionSpec,
-    FullAttentionSpec,
-    KVCacheSpec,
-    SlidingWindowSpec,
-)
+from kvverify.reference import kinds
+from kvverify.reference.specs import FullAttentionSpec, KVCacheSpec
 
 #: Largest pool a replay builds (BlockPool construction is linear in its size).
 MAX_REPLAY_BLOCKS = 2_000_000
@@ -45,19 +41,24 @@ def page_of(block_size: int, head_size: int = 1, dtype: str = "int8") -> int:
 
 
 def mix_specs(mix: str, block_size: int, window_or_chunk: int | None = None) -> dict[str, KVCacheSpec]:
-    """Spec mixes the lemmas use: ``full``, ``full+swa``, ``full+chunked`` (one layer each,
-    equal pages, so the planner makes one group per layer and bytes_per_block = page)."""
+    """Spec mixes the lemmas use: ``full`` or ``full+<label>`` of a recycling kind
+    (``full+swa``, ``full+chunked``: the registry's held-block labels), one layer each, equal
+    pages, so the planner makes one group per layer and bytes_per_block = page; the window
+    (or chunk) is the kind's first window param."""
     specs: dict[str, KVCacheSpec] = {"layers.0.full": full_layer(block_size)}
-    if mix != "full" and window_or_chunk is None:
-        raise ValueError(f"mix {mix!r} needs a window / chunk size")
-    if mix == "full+swa":
-        specs["layers.1.swa"] = SlidingWindowSpec(**attention_kwargs(block_size),
-                                                  sliding_window=int(window_or_chunk or 0))
-    elif mix == "full+chunked":
-        specs["layers.1.chunked"] = ChunkedLocalAttentionSpec(**attention_kwargs(block_size),
-                                                              attention_chunk_size=int(window_or_chunk or 0))
-    elif mix != "full":
+    if mix == "full":
+        return specs
+    labels = {k.held.label: k for k in kinds.recycling_kinds() if k.held is not None}
+    label = mix.removeprefix("full+")
+    if not mix.startswith("full+") or label not in labels:
         raise ValueError(f"unknown mix {mix!r}")
+    if window_or_chunk is None:
+        raise ValueError(f"mix {mix!r} needs a window / chunk size")
+    kind = labels[label]
+    assert kind.held is not None
+    window = {kind.held.params[0].field: int(window_or_chunk)}
+    specs[f"layers.1.{label}"] = kind.spec_cls(**attention_kwargs(block_size),
+                                               **kind.held.values(window))
     return specs
 
 

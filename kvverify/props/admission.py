@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-from hypothesis import assume, event, given, note
+from hypothesis import assume, event, note
 from hypothesis import strategies as st
 
+from kvverify.hypothesis_hooks import given
 from kvverify.invariants.admission import check_admitted_on_empty_pool, check_workload_completes
 from kvverify.invariants.base import assert_no_violations
 from kvverify.props.known import check_or_known
 from kvverify.props.recorder import recorded
+from kvverify.reference import kinds
 from kvverify.strategies import StartupCase, lengths, startup_cases, workloads
 
-_RECYCLING = ("sliding_window", "chunked_local", "full")
-
-
-@st.composite
-def admitted_cases(draw, **kw) -> tuple:
-    case = draw(startup_cases(allow_auto=False, **kw))
-    return case
+#: every recycling kind (registry order) next to full attention
+_RECYCLING = tuple(k.name for k in kinds.recycling_kinds()) + ("full",)
 
 
 @given(case=startup_cases(allow_auto=False, kinds=_RECYCLING, max_len=1024), data=st.data())

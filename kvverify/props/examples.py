@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kvverify.reference.config import VllmConfig
 from kvverify.reference.driver import WorkloadSpec
-from kvverify.reference.specs import ChunkedLocalAttentionSpec, FullAttentionSpec
+from kvverify.reference.specs import ChunkedLocalAttentionSpec, FullAttentionSpec, SlidingWindowSpec
 from kvverify.strategies import StartupCase
 
 _FULL = FullAttentionSpec(block_size=1, num_kv_heads=1, head_size=8)
@@ -26,14 +26,15 @@ F1_CASE = StartupCase(VllmConfig(block_size=16, max_model_len=32, num_gpu_blocks
                       ({"model.layers.0": FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8)},),
                       "override", None, 2, 2)
 
-#: F4: chunked local C=16, B=32, M=8, one lookahead slot, L=512, N=2 (the startup size):
-#: every prefill step needs a second block, so the request preempts itself forever.
-F4_CASE = StartupCase(VllmConfig(block_size=32, max_model_len=512, max_num_batched_tokens=8,
-                                 num_lookahead_tokens=1, num_gpu_blocks_override=2,
+#: F4: sliding window W=2, B=2, M=2, 3 lookahead slots, L=7, N=4 (the startup size: cap 3 +
+#: null): a prefill step asks for M + 3 slots past a window that may start mid-block (4 blocks),
+#: so the request preempts itself forever. (The chunked C=16, B=32 case once here was F2's.)
+F4_CASE = StartupCase(VllmConfig(block_size=2, max_model_len=7, max_num_batched_tokens=2,
+                                 num_lookahead_tokens=3, num_gpu_blocks_override=4,
                                  kv_cache_memory_bytes=1, enable_prefix_caching=False),
-                      ({"model.layers.0": ChunkedLocalAttentionSpec(block_size=32, num_kv_heads=1, head_size=8,
-                                                                     attention_chunk_size=16)},),
-                      "override", None, 2, 1)
+                      ({"model.layers.0": SlidingWindowSpec(block_size=2, num_kv_heads=1, head_size=8,
+                                                             sliding_window=2)},),
+                      "override", None, 4, 3)
 
 
 #: F2: chunked local C=1, B=16, M=3, L=19, N=3 (cap 1 block + 1 + null): a 17-token prompt in

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from hypothesis import event, example, given
+from hypothesis import event, example
 
+from kvverify.hypothesis_hooks import given
 from kvverify.invariants.base import assert_no_violations
 from kvverify.invariants.concurrency import check_concurrency
 from kvverify.invariants.plan import check_plan

@@ -14,9 +14,10 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initial
 from kvverify.errors import KVVerifyError
 from kvverify.invariants.allocation import AllocationRecorder, check_allocations
 from kvverify.invariants.base import assert_no_violations
-from kvverify.invariants.pool import check_pool
+from kvverify.invariants.pool import FreeQueueRecorder, check_pool
 from kvverify.reference.kv_cache_manager import KVCacheManager
 from kvverify.reference.planner import plan_kv_cache
+from kvverify.reference.pool import hash_block_tokens
 from kvverify.reference.request import Request
 from kvverify.strategies import startup_cases
 
@@ -33,6 +34,7 @@ class PoolMachine(RuleBasedStateMachine):
         self.counter = 0
         self.max_len = 2
         self.max_usage = 0.0
+        self.live: dict[str, Request] = {}  # requests not freed yet (hash-chain invariant)
 
     @initialize(case=startup_cases(allow_auto=False, max_len=256, sources=("override",), workers=False))
     def setup(self, case) -> None:
@@ -42,6 +44,7 @@ class PoolMachine(RuleBasedStateMachine):
             return
         self.kvm = KVCacheManager.from_config(plan.kv_cache_config, plan.vllm_config)
         self.recorder = AllocationRecorder(self.kvm)
+        self.free_queue = FreeQueueRecorder(self.kvm.block_pool)
         self.max_len = plan.vllm_config.max_model_len
         note(f"num_blocks={plan.num_blocks} groups={[g.kv_cache_spec.kind for g in plan.groups]}")
 
@@ -61,7 +64,7 @@ class PoolMachine(RuleBasedStateMachine):
         self.counter += 1
         prompt = list(SHARED_PREFIX[:common]) + [20_000 * self.counter + i for i in range(prompt_len - common)]
         req = Request(f"r{self.counter}", prompt, 1, block_hasher=self.kvm.request_block_hasher)
-        blocks, hit = self.kvm.get_computed_blocks(req)
+        blocks, hit, _ = self.kvm.get_computed_blocks(req)
         chunk = prompt_len - hit
         if chunk <= 0:
             return multiple()
@@ -69,6 +72,7 @@ class PoolMachine(RuleBasedStateMachine):
         if got is None:
             return multiple()
         req.num_computed_tokens = hit + chunk
+        self.live[req.request_id] = req
         return req
 
     @rule(req=requests, n=st.integers(1, 16))
@@ -91,6 +95,7 @@ class PoolMachine(RuleBasedStateMachine):
     def free(self, req: Request):
         assert self.kvm is not None
         self.kvm.free(req)
+        self.live.pop(req.request_id, None)
 
     @rule()
     def reset_prefix_cache(self):
@@ -105,7 +110,25 @@ class PoolMachine(RuleBasedStateMachine):
         violations = check_pool(self.kvm)
         assert self.recorder is not None
         violations += check_allocations(self.recorder.records)
+        violations += self.free_queue.violations
         assert_no_violations(violations)
+
+    @invariant()
+    def block_hashes_follow_the_chain(self):
+        """Every request's block hashes, recomputed from its tokens along the chain
+        (``hash_block_size`` blocks, each hashed with its parent): exactly the full blocks."""
+        if self.kvm is None or self.kvm.request_block_hasher is None:
+            return  # prefix caching off: requests carry no hashes
+        size = self.kvm.coordinator.hash_block_size
+        for req in self.live.values():
+            tokens, parent, expected = req.all_token_ids, None, []
+            for start in range(0, len(tokens) - size + 1, size):
+                parent = hash_block_tokens(parent, tokens[start:start + size])
+                expected.append(parent)
+            assert req.block_hashes == expected, (
+                f"{req.request_id}: {len(req.block_hashes)} block hashes, {len(expected)} recomputed "
+                f"from {len(tokens)} tokens at hash_block_size={size} (first difference at "
+                f"{next((i for i, (a, b) in enumerate(zip(req.block_hashes, expected)) if a != b), None)})")
 
 
     def teardown(self) -> None:

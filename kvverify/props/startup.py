@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from hypothesis import event, example, given, settings, target as hyp_target
+from hypothesis import event, example, settings, target as hyp_target
 from hypothesis import strategies as st
 
+from kvverify.hypothesis_hooks import given
 from kvverify.invariants.base import assert_no_violations
 from kvverify.invariants.startup import check_auto_fit, check_startup_vs_runtime
 from kvverify.props.known import check_or_known

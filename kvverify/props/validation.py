@@ -8,21 +8,23 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hypothesis import event, given
+from hypothesis import event
 from hypothesis import strategies as st
 
+from kvverify.hypothesis_hooks import given
 from kvverify.reference.config import VllmConfig
 from kvverify.errors import KVVerifyError
 from kvverify.invariants.base import Violation, assert_no_violations
 from kvverify.props.recorder import recorded
 from kvverify.strategies import StartupCase, startup_cases
 from kvverify.reference.workloads import full_length_request
+from kvverify.targets.base import Target
 
 BAD_FIELDS = ("block_size", "num_gpu_blocks_override", "kv_cache_memory_bytes", "max_model_len",
               "max_num_batched_tokens", "prefix_match_unit", "max_num_seqs")
 
 
-def _pipeline(target, case: StartupCase, field: str, value: int) -> None:
+def _pipeline(target: Target, case: StartupCase, field: str, value: int) -> None:
     """Build the config with one bad field, then plan, resolve block sizes and serve."""
     kw = {f: getattr(case.vllm_config, f) for f in VllmConfig.__dataclass_fields__}
     kw[field] = value

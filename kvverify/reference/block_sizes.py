@@ -8,9 +8,10 @@ coordinator (``KVCacheCoordinator.__init__``) asserts exactly that at startup;
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from kvverify import flaws
+from kvverify import fixes, flaws
 
 from kvverify.reference import arith
 from kvverify.reference.config import VllmConfig
@@ -72,6 +73,43 @@ def resolve_kv_cache_block_sizes(kv_cache_config: KVCacheConfig,
     return scheduler, hash_size
 
 
+def partial_hash_hits_enabled(groups: Sequence[Any], hash_block_size: int,
+                              manager_classes: Sequence[type] | None = None) -> bool:
+    """Whether aligned Mamba states allow sub-block prefix-cache hits (upstream, same name).
+
+    Needs a Mamba ``align`` layer whose block is larger than ``hash_block_size``; with
+    ``manager_classes`` (one per group) also every other prefix-cacheable group's manager
+    must support fine-grained lookups or have ``block_size == hash_block_size``.
+    """
+    if not any(isinstance(s, MambaSpec) and s.mamba_cache_mode == "align" and s.block_size > hash_block_size
+               for g in groups for s in iter_layer_specs(g.kv_cache_spec)):
+        return False
+    if manager_classes is None:
+        return True
+    return not any(g.kv_cache_spec.prefix_cacheable and not getattr(cls, "supports_fine_grained_hash_lookup", False)
+                   and g.kv_cache_spec.block_size != hash_block_size
+                   for g, cls in zip(groups, manager_classes))
+
+
+def resolve_cache_hit_alignment_tokens(kv_cache_config: KVCacheConfig, vllm_config: VllmConfig,
+                                       scheduler_block_size: int, hash_block_size: int) -> int:
+    """Token granularity prefix-cache hits land on (upstream, same name).
+
+    ``hash_block_size`` when fine-grained partial hash hits are enabled (prefix caching on,
+    several groups, :func:`partial_hash_hits_enabled` with every group's manager class),
+    else ``scheduler_block_size``.
+    """
+    from kvverify.reference.managers.registry import get_manager_class
+
+    groups = kv_cache_config.kv_cache_groups
+    if not vllm_config.enable_prefix_caching or len(groups) <= 1:
+        return scheduler_block_size
+    classes = [get_manager_class(g.kv_cache_spec) for g in groups]
+    if partial_hash_hits_enabled(groups, hash_block_size, classes):
+        return hash_block_size
+    return scheduler_block_size
+
+
 def validate_coordinator_block_sizes(kv_cache_config: KVCacheConfig, scheduler_block_size: int,
                                      hash_block_size: int, enable_caching: bool) -> None:
     """The coordinator's startup assertions, as a :class:`BlockSizeError`."""
@@ -96,3 +134,18 @@ def validate_coordinator_block_sizes(kv_cache_config: KVCacheConfig, scheduler_b
         raise BlockSizeError(
             "Each KV cache group's real block_size must be divisible by hash_block_size. "
             f"block_sizes={cacheable}, hash_block_size={hash_block_size}")
+    if fixes.is_on("chunked_local_alignment_checked_at_startup"):
+        # finding F7: refuse here what ChunkedLocalAttentionManager.find_longest_cache_hit
+        # would assert on the first request (hits align to resolve_cache_hit_alignment_tokens)
+        from kvverify.reference.managers.registry import get_manager_class
+        classes = [get_manager_class(g.kv_cache_spec) for g in groups]
+        alignment = (hash_block_size if partial_hash_hits_enabled(groups, hash_block_size, classes)
+                     else scheduler_block_size)
+        for g in groups:
+            spec = g.kv_cache_spec
+            if (getattr(spec, "first_spec", spec).kind == "chunked_local" and spec.prefix_cacheable
+                    and spec.block_size != alignment):
+                raise BlockSizeError(
+                    "KV cache groups with different block sizes are not compatible with chunked local "
+                    f"attention: layers {list(g.layer_names)} have block_size={spec.block_size}, cache "
+                    f"hits are aligned to {alignment} tokens")

@@ -45,6 +45,12 @@ class VllmConfig:
     max_num_encoder_input_tokens: int | None = None
     num_lookahead_tokens: int = 0
     num_prefill_lookahead_tokens: int = 0
+    #: upstream ``CacheConfig.prefix_cache_retention_interval``: 0 (default) keeps only the
+    #: replay-boundary / shared-prefix checkpoints of SWA and Mamba groups, ``k > 0`` also
+    #: one per ``k`` tokens, ``None`` caches densely
+    prefix_cache_retention_interval: int | None = 0
+    #: upstream ``SchedulerConfig.policy``: ``"fcfs"`` or ``"priority"``
+    scheduling_policy: str = "fcfs"
 
     def __post_init__(self) -> None:
         require_int("block_size", self.block_size, minimum=1, maximum=MAX_TOKENS)
@@ -86,6 +92,11 @@ class VllmConfig:
         require_int("num_lookahead_tokens", self.num_lookahead_tokens, minimum=0, maximum=MAX_TOKENS)
         require_int("num_prefill_lookahead_tokens", self.num_prefill_lookahead_tokens, minimum=0,
                     maximum=MAX_TOKENS)
+        if self.prefix_cache_retention_interval is not None:
+            require_int("prefix_cache_retention_interval", self.prefix_cache_retention_interval,
+                        minimum=0, maximum=MAX_TOKENS)
+        if self.scheduling_policy not in ("fcfs", "priority"):
+            raise ConfigError("scheduling_policy", self.scheduling_policy, "must be one of ('fcfs', 'priority')")
 
     @property
     def auto_max_model_len(self) -> bool:

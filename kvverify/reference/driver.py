@@ -1,15 +1,22 @@
 """Run a workload through the scheduler to completion, or report a stall.
 
-Always bounded: a step limit, plus three stall detectors that fire long before it:
+Liveness is judged by progress, never by a step budget: a slower-but-live scheduling
+policy is not a stall, however many steps it takes. The run is deterministic and, between
+two output tokens, its state space is finite, so it either produces a token, finishes, or
+returns to a state it was in before; the three stall verdicts are exactly those returns:
 
 * ``head_of_line``: nothing runs, the head of the waiting queue was not admitted on
   the (now idle) pool, so it never will be (the hang of #35541/#39734/#52520:
   ``running = 0, waiting >= 1``, 0 tok/s);
 * ``no_tokens_scheduled``: requests are unfinished, no more will arrive, and a step
-  scheduled nothing — the deterministic state repeats forever (e.g. #34445);
-* ``no_progress``: no output token for ``progress_window`` steps (e.g. endless
-  preempt/re-prefill);
-* ``max_steps``: the hard limit (should never be the first to fire).
+  scheduled nothing: the state is a fixed point (e.g. #34445);
+* ``no_progress``: no output token while the global state (queues, each request's
+  tokens and progress, the pool's free queue, ref counts and prefix-cache map, the
+  managers' per-request blocks; :func:`state_fingerprint`) came back for the
+  ``state_repeats``-th time: an endless preempt/re-prefill cycle. Fingerprints are taken
+  only once ``progress_window`` steps passed without an output token, so live runs pay
+  nothing for it; the window alone never decides a verdict.
+* ``max_steps``: only when the caller passes ``max_steps`` (a budget it chose; none by default).
 
 A :class:`~kvverify.errors.PoolExhaustedError` escaping a step (an admitted step that
 the pool could not serve) is reported as ``error``, not raised.
@@ -19,13 +26,62 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from kvverify.reference.config import VllmConfig
 from kvverify.errors import ConfigError, PoolExhaustedError, require_int
 from kvverify.reference.ops import cdiv
 from kvverify.reference.request import Request
 from kvverify.reference.scheduler import Scheduler
+from kvverify.steptrace import StepRecorder
+
+
+class StepOutputLike(Protocol):
+    """What the driver reads from one step's output (upstream ``SchedulerOutput``'s names)."""
+
+    @property
+    def total_num_scheduled_tokens(self) -> int: ...
+
+    @property
+    def preempted_reqs(self) -> Sequence[str]: ...
+
+    @property
+    def sampled_reqs(self) -> Sequence[str]: ...
+
+
+class SchedulerLike(Protocol):
+    """What :func:`run_workload` steps: the reference :class:`Scheduler`, or a target's adapter
+    over upstream's ``Scheduler`` (upstream's attribute names)."""
+
+    @property
+    def max_model_len(self) -> int: ...
+
+    @property
+    def max_num_scheduled_tokens(self) -> int: ...
+
+    @property
+    def kv_cache_manager(self) -> Any: ...
+
+    @property
+    def running(self) -> Sequence[Any]: ...
+
+    @property
+    def waiting(self) -> Sequence[Any]: ...
+
+    @property
+    def finished(self) -> Sequence[str]: ...
+
+    @property
+    def num_preemptions(self) -> int: ...
+
+    def add_request(self, request: Any) -> None: ...
+
+    def has_unfinished_requests(self) -> bool: ...
+
+    def get_request_counts(self) -> tuple[int, int]: ...
+
+    def step(self) -> tuple[StepOutputLike, list[str]]: ...
+
 
 TraceRow = tuple[int, int, int, int, int]
 """``(step, running, waiting, free_blocks, scheduled_tokens)`` after the step."""
@@ -40,11 +96,12 @@ class WorkloadSpec:
     max_tokens: int
     arrival_step: int = 0
     num_encoder_tokens: int = 0
+    priority: int = 0
 
     def to_request(self) -> Request:
         return Request(self.request_id, self.prompt_token_ids, self.max_tokens,
                        num_encoder_tokens=self.num_encoder_tokens,
-                       arrival_step=self.arrival_step)
+                       arrival_step=self.arrival_step, priority=self.priority)
 
 
 @dataclass(frozen=True)
@@ -70,10 +127,43 @@ class WorkloadResult:
         return not self.stalled and self.error is None
 
 
-def _default_max_steps(requests: Sequence[Request], max_model_len: int) -> int:
-    total = sum(min(r.num_prompt_tokens + r.max_tokens, max_model_len) for r in requests)
-    last_arrival = max((r.arrival_step for r in requests), default=0)
-    return 4 * total + last_arrival + 64
+def _status_name(status: Any) -> str:
+    return str(getattr(status, "name", status))
+
+
+def state_fingerprint(sched: SchedulerLike) -> int:
+    """A hash of everything a step's outcome depends on, read through the surface both
+    targets offer: the running and waiting queues in order (each request's id, status,
+    tokens, computed tokens), the pool's free queue in order, its ref counts and
+    prefix-cache map, and each manager's per-request blocks and bookkeeping.
+
+    Two equal fingerprints with no output token in between mean the deterministic run is
+    in a cycle (up to a hash collision, and up to state outside this surface; hence the
+    driver asks for ``state_repeats`` sightings)."""
+    def reqs(queue: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple((r.request_id, _status_name(r.status), r.num_tokens, r.num_computed_tokens)
+                     for r in queue)
+
+    kvm = sched.kv_cache_manager
+    pool = kvm.block_pool
+    parts: list[Any] = [reqs(sched.running), reqs(sched.waiting), tuple(pool.free_block_ids()),
+                        tuple(sorted(pool.ref_counts().items())),
+                        tuple(sorted((b.block_id, hash(k)) for k, b in pool.cached_entries()))]
+    for manager in kvm.coordinator.single_type_managers:
+        parts.append(tuple(sorted((rid, tuple(b.block_id for b in blocks))
+                                  for rid, blocks in manager.req_to_blocks.items())))
+        for name in _MANAGER_BOOKKEEPING:
+            value = getattr(manager, name, None)
+            if isinstance(value, dict):
+                parts.append((name, tuple(sorted(value.items()))))
+            elif isinstance(value, (set, frozenset)):
+                parts.append((name, tuple(sorted(map(repr, value)))))
+    return hash(tuple(parts))
+
+
+#: per-request manager state beyond ``req_to_blocks`` that decides later steps
+_MANAGER_BOOKKEEPING = ("num_cached_block", "last_state_block_idx", "_num_retired_blocks",
+                        "_allocated_block_reqs")
 
 
 def _default_progress_window(num_requests: int, max_model_len: int, budget: int) -> int:
@@ -84,15 +174,22 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
                  requests: Sequence[Request | WorkloadSpec], *,
                  arrival_steps: Sequence[int] | None = None,
                  max_steps: int | None = None, progress_window: int | None = None,
+                 state_repeats: int = 3,
                  scheduler_block_size: int | None = None, hash_block_size: int | None = None,
                  full_sequence_must_fit: bool = True, keep_trace: bool = True,
-                 scheduler: Scheduler | None = None,
-                 on_step: Callable[[Scheduler, int], None] | None = None) -> WorkloadResult:
+                 scheduler: SchedulerLike | None = None,
+                 on_step: Callable[[SchedulerLike, int], None] | None = None,
+                 recorder: StepRecorder | None = None) -> WorkloadResult:
     """Run ``requests`` (arriving at ``arrival_steps``, default their own ``arrival_step``)
-    until all finish or a stall is detected. Deterministic; never hangs.
+    until all finish or a stall is detected. Deterministic; never hangs (see the module
+    docstring: a stall is a state that returns, not a step count). ``max_steps`` is an
+    optional budget of the caller's (reported as ``max_steps``); ``progress_window`` is how
+    many steps without an output token pass before states are fingerprinted;
+    ``state_repeats`` how many sightings of one state make the ``no_progress`` verdict.
 
     ``on_step(scheduler, step)`` runs after every step (invariant checks); whatever it
-    raises propagates to the caller.
+    raises propagates to the caller. ``recorder`` (opt-in, :class:`kvverify.steptrace.StepRecorder`)
+    records each step for the timeline pictures; without one the loop does no extra work.
     """
     reqs = [r.to_request() if isinstance(r, WorkloadSpec) else r for r in requests]
     if arrival_steps is not None:
@@ -102,14 +199,14 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
         arrivals = [require_int("arrival_steps[i]", a, minimum=0) for a in arrival_steps]
     else:
         arrivals = [r.arrival_step for r in reqs]
-    sched = scheduler or Scheduler(vllm_config, kv_cache_config,
-                                   scheduler_block_size=scheduler_block_size,
-                                   hash_block_size=hash_block_size,
-                                   full_sequence_must_fit=full_sequence_must_fit)
+    sched: SchedulerLike = scheduler or Scheduler(vllm_config, kv_cache_config,
+                                                  scheduler_block_size=scheduler_block_size,
+                                                  hash_block_size=hash_block_size,
+                                                  full_sequence_must_fit=full_sequence_must_fit)
     max_model_len = sched.max_model_len
-    if max_steps is None:
-        max_steps = _default_max_steps(reqs, max_model_len) + max(arrivals, default=0)
-    require_int("max_steps", max_steps, minimum=1)
+    if max_steps is not None:
+        require_int("max_steps", max_steps, minimum=1)
+    require_int("state_repeats", state_repeats, minimum=2)
     if progress_window is None:
         progress_window = _default_progress_window(len(reqs), max_model_len,
                                                    sched.max_num_scheduled_tokens)
@@ -124,7 +221,10 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
     error: str | None = None
     num_outputs = 0
     last_progress_step = 0
+    seen: dict[int, int] = {}  # fingerprint -> sightings since the last output token
     step = 0
+    if recorder is not None:
+        recorder.attach(sched)
     while True:
         # admit arrivals due by this step
         while next_arrival < len(pending) and arrivals[pending[next_arrival]] <= step:
@@ -136,8 +236,9 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
                 break
             step = arrivals[pending[next_arrival]]  # idle: jump to the next arrival
             last_progress_step = step  # idle time is not a lack of progress
+            seen.clear()
             continue
-        if step >= max_steps:
+        if max_steps is not None and step >= max_steps:
             stall_reason, stalled_ids = "max_steps", _unfinished(sched)
             break
         try:
@@ -147,6 +248,8 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
             stalled_ids = _unfinished(sched)
             break
         step += 1
+        if recorder is not None:
+            recorder.record(sched, out, finished, step)
         if on_step is not None:
             on_step(sched, step)
         produced = len(out.sampled_reqs)
@@ -157,6 +260,7 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
         if produced or finished:
             num_outputs += produced
             last_progress_step = step
+            seen.clear()
         if scheduled_tokens == 0 and not out.preempted_reqs and sched.has_unfinished_requests():
             if running == 0 and waiting >= 1:
                 stall_reason = "head_of_line"
@@ -165,9 +269,16 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
             if not more_arrivals:
                 stall_reason, stalled_ids = "no_tokens_scheduled", _unfinished(sched)
                 break
-        if step - last_progress_step >= progress_window and sched.has_unfinished_requests():
-            stall_reason, stalled_ids = "no_progress", _unfinished(sched)
-            break
+        if (step - last_progress_step >= progress_window and not more_arrivals
+                and sched.has_unfinished_requests()):
+            key = state_fingerprint(sched)
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] >= state_repeats:
+                stall_reason, stalled_ids = "no_progress", _unfinished(sched)
+                break
+    if recorder is not None:
+        recorder.finish(sched, steps=step, stall_reason=stall_reason, stalled_request_ids=stalled_ids,
+                        error=error)
     running, waiting = sched.get_request_counts()
     return WorkloadResult(
         finished=tuple(sched.finished), stalled=stall_reason is not None,
@@ -177,5 +288,5 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
         error=error)
 
 
-def _unfinished(sched: Scheduler) -> tuple[str, ...]:
+def _unfinished(sched: SchedulerLike) -> tuple[str, ...]:
     return tuple(r.request_id for r in sched.running) + tuple(r.request_id for r in sched.waiting)

@@ -13,21 +13,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import Mapping, Sequence
 
+from kvverify.reference import kinds
 from kvverify.reference.config import VllmConfig
 from kvverify.errors import KVVerifyError
 from kvverify.reference.ops import cdiv
-from kvverify.reference.specs import (
-    AttentionSpec,
-    ChunkedLocalAttentionSpec,
-    FullAttentionSpec,
-    KVCacheSpec,
-    MambaSpec,
-    MLAAttentionSpec,
-    SlidingWindowSpec,
-    UniformTypeKVCacheSpecs,
-)
+from kvverify.reference.specs import AttentionSpec, FullAttentionSpec, KVCacheSpec, MambaSpec
+from kvverify.reference.specs import MLAAttentionSpec, SlidingWindowSpec, UniformTypeKVCacheSpecs
 
 
 @dataclass(frozen=True)
@@ -69,13 +62,13 @@ def _promote_local_kv_cache_specs(specs: dict[str, KVCacheSpec]) -> dict[str, KV
         return dict(specs)
     values = specs.values()
     has_full = any(isinstance(s, FullAttentionSpec) for s in values)
-    has_local = any(isinstance(s, (SlidingWindowSpec, ChunkedLocalAttentionSpec)) for s in values)
+    has_local = any(kinds.is_recycling(s) for s in values)
     full_sizes = {s.block_size for s in values if isinstance(s, FullAttentionSpec)}
     full_block_size = next(iter(full_sizes)) if len(full_sizes) == 1 else None
     promoted = dict(specs)
     if has_full and has_local:
         for name, spec in specs.items():
-            if not isinstance(spec, (SlidingWindowSpec, ChunkedLocalAttentionSpec)):
+            if not kinds.is_recycling(spec) or not isinstance(spec, AttentionSpec):
                 continue
             block_size = full_block_size or spec.block_size
             padded = None
@@ -164,11 +157,45 @@ def get_kv_cache_groups(vllm_config: VllmConfig,
     uniform = UniformTypeKVCacheSpecs.from_specs(specs)
     if uniform is not None:
         return [KVCacheGroupSpec(tuple(specs), uniform)]
-    return _get_kv_cache_groups_uniform_page_size(unify_kv_cache_spec_page_size(specs))
+    # Prefer each layer's cache semantics; if pages cannot be unified, try the
+    # allocation-only fallback before failing (upstream, same order).
+    try:
+        unified = unify_kv_cache_spec_page_size(specs)
+    except GroupingError:
+        fallback = _try_get_full_allocation_fallback_groups(specs)
+        if fallback is None:
+            raise
+        return fallback
+    return _get_kv_cache_groups_uniform_page_size(unified)
+
+
+def _try_get_full_allocation_fallback_groups(
+        specs: dict[str, KVCacheSpec]) -> list[KVCacheGroupSpec] | None:
+    """MLA next to sliding-window layers whose pages cannot be unified: allocate the SWA
+    layers as full attention, all layers in one ``UniformTypeKVCacheSpecs`` group
+    (upstream ``_try_get_full_allocation_fallback_groups``; it logs a warning). ``None``
+    when the fallback does not apply (no MLA, no plain SWA, any chunked-local layer, or
+    the promoted specs are not of one uniform type)."""
+    values = list(specs.values())
+    if any(isinstance(s, AttentionSpec) and kinds.is_recycling(s) and not isinstance(s, SlidingWindowSpec)
+           for s in values):
+        return None  # chunked-local (and any other recycling attention kind but plain SWA)
+    has_mla = any(isinstance(s, MLAAttentionSpec) for s in values)
+    has_swa = any(isinstance(s, SlidingWindowSpec) for s in values)
+    if not (has_mla and has_swa):
+        return None
+    try:
+        promoted = _promote_local_kv_cache_specs(specs)
+    except GroupingError:
+        return None
+    uniform = UniformTypeKVCacheSpecs.from_specs(promoted)
+    if uniform is None:
+        return None
+    return [KVCacheGroupSpec(tuple(promoted), uniform)]
 
 
 def get_global_kv_cache_groups(vllm_config: VllmConfig,
-                               kv_cache_specs: list[Mapping[str, KVCacheSpec]]) -> list[KVCacheGroupSpec]:
+                               kv_cache_specs: Sequence[Mapping[str, KVCacheSpec]]) -> list[KVCacheGroupSpec]:
     """Group the whole model's layers, all workers' specs merged (``get_global_kv_cache_groups``)."""
     merged: dict[str, KVCacheSpec] = {}
     for worker_specs in kv_cache_specs:

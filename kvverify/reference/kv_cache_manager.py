@@ -56,7 +56,8 @@ class KVCacheManager:
 
     def __init__(self, kv_cache_config: Any, max_model_len: int, scheduler_block_size: int,
                  hash_block_size: int, max_in_flight_tokens: int | None = None,
-                 enable_caching: bool = True, watermark: float = 0.0) -> None:
+                 enable_caching: bool = True, watermark: float = 0.0,
+                 prefix_cache_retention_interval: int | None = 0) -> None:
         require_int("max_model_len", max_model_len, minimum=1)
         if max_in_flight_tokens is None:
             max_in_flight_tokens = max_model_len  # upstream's fallback: cap ~ uncapped
@@ -67,7 +68,8 @@ class KVCacheManager:
         self.enable_caching = enable_caching
         self.coordinator = KVCacheCoordinator(kv_cache_config, max_model_len,
                                               max_in_flight_tokens, enable_caching,
-                                              scheduler_block_size, hash_block_size)
+                                              scheduler_block_size, hash_block_size,
+                                              retention_interval=prefix_cache_retention_interval)
         self.block_pool: BlockPool = self.coordinator.block_pool
         self.kv_cache_config = kv_cache_config
         self.num_kv_cache_groups = len(kv_cache_config.kv_cache_groups)
@@ -90,7 +92,8 @@ class KVCacheManager:
         return cls(kv_cache_config, vllm_config.max_model_len, scheduler_bs, hash_bs,
                    max_in_flight_tokens=vllm_config.max_in_flight_tokens,
                    enable_caching=vllm_config.enable_prefix_caching,
-                   watermark=vllm_config.watermark)
+                   watermark=vllm_config.watermark,
+                   prefix_cache_retention_interval=vllm_config.prefix_cache_retention_interval)
 
     # -- lookups --
 
@@ -104,16 +107,19 @@ class KVCacheManager:
     def create_kv_cache_blocks(self, blocks: tuple[Sequence[KVCacheBlock], ...]) -> KVCacheBlocks:
         return KVCacheBlocks(blocks) if any(blocks) else self.empty_kv_cache_blocks
 
-    def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
-        """Prefix-cache hit of a new request: ``(blocks per group, hit tokens)``.
+    def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int, int]:
+        """Prefix-cache hit of a new request: ``(blocks per group, hit tokens,
+        shared_prefix_boundary)`` (upstream, same name and order).
 
         At most ``num_tokens - 1`` tokens hit: the last one is recomputed for logits.
+        ``shared_prefix_boundary``: where the longest single-group hit ends when a
+        sparse-retention group (SWA / Mamba) lags it (``hit + uncached``), else 0.
         """
         if not self.enable_caching:
-            return self.empty_kv_cache_blocks, 0
-        blocks, hit = self.coordinator.find_longest_cache_hit(request.block_hashes,
-                                                              request.num_tokens - 1)
-        return self.create_kv_cache_blocks(blocks), hit
+            return self.empty_kv_cache_blocks, 0, 0
+        blocks, hit, uncached = self.coordinator.find_longest_cache_hit(request.block_hashes,
+                                                                        request.num_tokens - 1)
+        return self.create_kv_cache_blocks(blocks), hit, (hit + uncached if uncached else 0)
 
     # -- admission and allocation --
 

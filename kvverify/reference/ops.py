@@ -19,7 +19,7 @@ from typing import Any, Union
 try:  # z3 is a hard dependency, but keep the int path importable without it.
     import z3
 except ImportError:  # pragma: no cover
-    z3 = None  # type: ignore[assignment]
+    z3 = None
 
 Num = Union[int, Any]  # an int, or a z3 ArithRef / BoolRef
 

@@ -16,6 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
+from kvverify import fixes
 from kvverify.reference import arith
 from kvverify.reference.config import VllmConfig
 from kvverify.errors import ConfigError, StartupCheckError, require_int, MAX_BYTES
@@ -77,28 +78,33 @@ def group_blocks_per_request(group: KVCacheGroupSpec, vllm_config: VllmConfig) -
     return group.kv_cache_spec.max_blocks_per_request(vllm_config)
 
 
-def blocks_per_request(groups: Sequence[KVCacheGroupSpec], vllm_config: VllmConfig) -> int:
-    """``sum_g blocks_g(L)`` over all groups (PR #36030); only the first with the flaw."""
+def blocks_per_request(groups: Sequence[KVCacheGroupSpec], vllm_config: VllmConfig, *,
+                       in_auto_fit: bool = False) -> int:
+    """``sum_g blocks_g(L)`` over all groups (PR #36030); ``in_auto_fit``: called by auto-fit,
+    where flaw ``autofit_first_group_only`` counts only the first group."""
     return arith.total_blocks_per_request([group_blocks_per_request(g, vllm_config) for g in groups],
-                                          in_auto_fit=_in_auto_fit())
+                                          in_auto_fit=in_auto_fit)
 
 
 def max_memory_usage_bytes_from_groups(groups: Sequence[KVCacheGroupSpec],
-                                       vllm_config: VllmConfig) -> int:
+                                       vllm_config: VllmConfig, *, in_auto_fit: bool = False) -> int:
     """``_max_memory_usage_bytes_from_groups``: ``bytes_per_block * sum_g blocks_g(L)``."""
     if not groups:
         return 0
-    return arith.needed_memory(bytes_per_block(groups), blocks_per_request(groups, vllm_config))
+    return arith.needed_memory(bytes_per_block(groups),
+                               blocks_per_request(groups, vllm_config, in_auto_fit=in_auto_fit))
 
 
 def estimate_max_model_len_from_groups(groups: Sequence[KVCacheGroupSpec], vllm_config: VllmConfig,
-                                       available_memory: int, upper: int | None = None) -> int:
-    """Binary search on ``[1, upper]`` for the largest length whose need fits; 0 if none."""
+                                       available_memory: int, upper: int | None = None, *,
+                                       in_auto_fit: bool = False) -> int:
+    """Binary search on ``[1, upper]`` for the largest length whose need fits; 0 if none
+    (``in_auto_fit``: searching for ``_auto_fit_max_model_len``)."""
     hi = vllm_config.planning_max_model_len if upper is None else upper
 
     def fits(length: int) -> bool:
         return max_memory_usage_bytes_from_groups(
-            groups, vllm_config.with_max_model_len(length)) <= available_memory
+            groups, vllm_config.with_max_model_len(length), in_auto_fit=in_auto_fit) <= available_memory
 
     return binary_search_max(fits, hi)
 
@@ -116,13 +122,6 @@ def binary_search_max(fits: Callable[[int], bool], upper: int) -> int:
         else:
             right = mid - 1
     return result
-
-
-_AUTO_FIT_DEPTH = 0
-
-
-def _in_auto_fit() -> bool:
-    return _AUTO_FIT_DEPTH > 0
 
 
 def check_enough_kv_cache_memory_for_groups(available_memory: int, groups: Sequence[KVCacheGroupSpec],
@@ -208,16 +207,6 @@ class StartupPlan:
     @property
     def kv_cache_config(self) -> KVCacheConfig:
         return self.kv_cache_configs[0]
-
-    # upstream's get_kv_cache_configs returns the per-worker list: index and iterate like it
-    def __len__(self) -> int:
-        return len(self.kv_cache_configs)
-
-    def __getitem__(self, index: int) -> KVCacheConfig:
-        return self.kv_cache_configs[index]
-
-    def __iter__(self):
-        return iter(self.kv_cache_configs)
 
 
 def _available_memory(vllm_config: VllmConfig, available_memory: Sequence[int] | None,
@@ -320,18 +309,14 @@ def _engine_block_size(config: VllmConfig, groups: Sequence[KVCacheGroupSpec]) -
 def _auto_fit_max_model_len(config: VllmConfig, worker_groups: Sequence[Sequence[KVCacheGroupSpec]],
                             check_memory: Sequence[int]) -> int:
     """``_auto_fit_max_model_len``: the largest length every worker fits; only ever lowers L."""
-    global _AUTO_FIT_DEPTH
     original = config.max_model_len
     if all(not g for g in worker_groups):
         return original
     best = original
-    _AUTO_FIT_DEPTH += 1
-    try:
-        for groups, mem in zip(worker_groups, check_memory):
-            if groups:
-                best = min(best, estimate_max_model_len_from_groups(groups, config, mem, upper=original))
-    finally:
-        _AUTO_FIT_DEPTH -= 1
+    for groups, mem in zip(worker_groups, check_memory):
+        if groups:
+            best = min(best, estimate_max_model_len_from_groups(groups, config, mem, upper=original,
+                                                                in_auto_fit=True))
     if best <= 0:
         raise StartupCheckError(
             "Cannot auto-fit max_model_len: not enough KV cache memory to serve even a single "
@@ -348,8 +333,14 @@ def estimate_max_model_len(vllm_config: VllmConfig, kv_cache_spec: Mapping[str, 
 
     Upstream's public helper neither reserves the null block nor pads layers into groups,
     so it can disagree with the planner (finding F6); the planner uses
-    :func:`estimate_max_model_len_from_groups`.
+    :func:`estimate_max_model_len_from_groups`. Under the proposed fix
+    ``capacity_helpers_plan_like_engine`` it plans as the engine does: grouped specs, null
+    block reserved.
     """
+    if fixes.is_on("capacity_helpers_plan_like_engine"):
+        groups = get_kv_cache_groups(vllm_config, kv_cache_spec)
+        return estimate_max_model_len_from_groups(groups, vllm_config, available_memory - bytes_per_block(groups))
+
     def fits(length: int) -> bool:
         config = vllm_config.with_max_model_len(length)
         return sum(s.max_memory_usage_bytes(config) for s in kv_cache_spec.values()) <= available_memory
@@ -361,18 +352,28 @@ def check_enough_kv_cache_memory(vllm_config: VllmConfig, kv_cache_spec: Mapping
                                  available_memory: int) -> None:
     """Public ``check_enough_kv_cache_memory``, as upstream: reserve one pool block for the
     null block, then compare the per-*layer* sum of ``max_memory_usage_bytes`` (finding F6:
-    the planner compares padded groups). Raises :class:`StartupCheckError`."""
+    the planner compares padded groups). Raises :class:`StartupCheckError`.
+
+    ``max_model_len=-1`` (auto) is checked at what upstream's ``ModelConfig`` resolves it to
+    before any check runs, the derived maximum (``max_position_embeddings``), as
+    :func:`estimate_max_model_len` searches up to it — not at ``-1`` (which would need ~0
+    blocks and pass everything).
+    """
     if not kv_cache_spec:
         return
     groups = get_kv_cache_groups(vllm_config, kv_cache_spec)
     check = available_memory - bytes_per_block(groups) if groups else available_memory
-    config = vllm_config
+    config = vllm_config.with_max_model_len(vllm_config.planning_max_model_len)
     if check <= 0:
         raise StartupCheckError("No available memory for the cache blocks.", max_model_len=config.max_model_len,
                                 needed_bytes=0, available_bytes=check, estimated_max_model_len=0)
     needed = sum(s.max_memory_usage_bytes(config) for s in kv_cache_spec.values())
+    fixed = fixes.is_on("capacity_helpers_plan_like_engine")  # F6: the planner's grouped need
+    if fixed:
+        needed = max_memory_usage_bytes_from_groups(groups, config)
     if needed > check:
-        estimate = estimate_max_model_len(config, kv_cache_spec, check)
+        estimate = (estimate_max_model_len_from_groups(groups, config, check) if fixed
+                    else estimate_max_model_len(config, kv_cache_spec, check))
         raise StartupCheckError(
             f"To serve at least one request with the model's max seq len ({config.max_model_len}), "
             f"{needed} bytes of KV cache are needed, which is larger than the available KV cache "

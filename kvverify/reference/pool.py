@@ -130,7 +130,7 @@ class BlockHashListWithBlockSize(Sequence[BlockHash]):
     def __len__(self) -> int:
         return len(self.block_hashes) // self.scale_factor
 
-    def __getitem__(self, idx):  # type: ignore[override]
+    def __getitem__(self, idx):  # int or slice, like a list
         if isinstance(idx, slice):
             return [self._at(i) for i in range(*idx.indices(len(self)))]
         if idx < 0:
@@ -455,12 +455,6 @@ class BlockPool:
                     evict_last.append(block)
         self.free_block_queue.prepend_n(evict_first)
         self.free_block_queue.append_n(evict_last)
-
-    def evict_blocks(self, block_ids: Iterable[int]) -> None:
-        """Drop the prefix-cache entries of ``block_ids`` (upstream ``evict_blocks``)."""
-        for block_id in block_ids:
-            require_int("block_id", block_id, minimum=0, maximum=self.num_gpu_blocks - 1)
-            self._remove_cached_block_hash(self.blocks[block_id])
 
     def reset_prefix_cache(self) -> bool:
         """Forget every hash; refused (False) unless every usable block is free."""

@@ -46,13 +46,15 @@ class Request:
         "num_encoder_tokens",
         "num_in_flight_tokens",
         "num_preemptions",
+        "priority",
         "prompt_token_ids",
         "request_id",
+        "shared_prefix_boundary",
         "status",
     )
 
     def __init__(self, request_id: str, prompt_token_ids: Sequence[int], max_tokens: int, *,
-                 num_encoder_tokens: int = 0, arrival_step: int = 0,
+                 num_encoder_tokens: int = 0, arrival_step: int = 0, priority: int = 0,
                  block_hasher: Callable[[Request], list[BlockHash]] | None = None) -> None:
         if not isinstance(request_id, str) or not request_id:
             raise ConfigError("request_id", request_id, "must be a non-empty str")
@@ -65,11 +67,14 @@ class Request:
         require_int("max_tokens", max_tokens, minimum=1, maximum=MAX_TOKENS)
         require_int("num_encoder_tokens", num_encoder_tokens, minimum=0, maximum=MAX_TOKENS)
         require_int("arrival_step", arrival_step, minimum=0, maximum=MAX_TOKENS)
+        require_int("priority", priority, minimum=-(2**31), maximum=2**31 - 1)
         self.request_id = request_id
         self.prompt_token_ids = tuple(prompt_token_ids)
         self.max_tokens = max_tokens
         self.num_encoder_tokens = num_encoder_tokens
         self.arrival_step = arrival_step
+        #: upstream ``Request.priority``: lower is served first under the priority policy
+        self.priority = priority
         self._all_token_ids: list[int] = list(self.prompt_token_ids)
         self.num_computed_tokens = 0
         self.status = RequestStatus.WAITING
@@ -77,6 +82,9 @@ class Request:
         self.num_preemptions = 0
         #: scheduled but not yet settled tokens (always 0 between synchronous steps)
         self.num_in_flight_tokens = 0
+        #: upstream ``Request.shared_prefix_boundary``: the junction of a shared prefix a
+        #: sparse-retention group has not cached yet (set by the prefix lookup, 0 if none)
+        self.shared_prefix_boundary = 0
         self._block_hasher = block_hasher
         self.update_block_hashes()
 

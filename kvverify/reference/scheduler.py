@@ -14,6 +14,15 @@ step of 0.33.0's synchronous FCFS policy, reduced to what decides capacity:
 * a request that has computed all its tokens samples one (a deterministic fake id);
   it finishes when ``num_tokens >= L`` or ``max_tokens`` outputs exist.
 
+``scheduling_policy="priority"`` (upstream ``SchedulerConfig.policy``): the waiting queue
+is ordered by ``(priority, arrival, request_id)`` (``PriorityRequestQueue``; a preempted
+request goes back to its place, not the front), the victim is the running request with
+the largest ``(priority, arrival)``, and a request that preempted itself lets the
+requests after it try (``continue``). :data:`VARIANT_POLICIES` are legitimate
+non-upstream variants (e.g. preempt the request with the fewest computed tokens) that
+the suite must not call stalls (``tests/test_alternative_policies.py``); switch one on with
+:func:`scheduling_policy_override`.
+
 Mamba ``align`` mode clips prefill chunks to block boundaries
 (``_mamba_block_aligned_split``); when ``block_size > max_num_batched_tokens`` 0.33.0
 lets the chunk advance sub-block instead of rounding it to 0 (#34445).
@@ -23,8 +32,10 @@ No wall clock, no randomness: the same inputs give the same steps.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +46,27 @@ from kvverify.reference.kv_cache_manager import KVCacheManager
 from kvverify.reference.managers import behaviour_spec
 from kvverify.reference.request import Request, RequestStatus, fake_output_token
 from kvverify.reference.specs import CrossAttentionSpec, MambaSpec
+
+#: upstream ``SchedulingPolicy`` values (``SchedulerConfig.policy``)
+SCHEDULING_POLICIES = ("fcfs", "priority")
+#: legitimate non-upstream policies: FCFS queues, a different preemption victim
+VARIANT_POLICIES = ("fcfs_fewest_computed_victim",)
+
+_POLICY_OVERRIDE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "kvverify_scheduling_policy", default=None)
+
+
+@contextlib.contextmanager
+def scheduling_policy_override(policy: str | None) -> Iterator[None]:
+    """Schedulers built in this extent use ``policy`` whatever their config says."""
+    if policy is not None and policy not in SCHEDULING_POLICIES + VARIANT_POLICIES:
+        raise ConfigError("scheduling_policy", policy,
+                          f"must be one of {SCHEDULING_POLICIES + VARIANT_POLICIES}")
+    token = _POLICY_OVERRIDE.set(policy)
+    try:
+        yield
+    finally:
+        _POLICY_OVERRIDE.reset(token)
 
 
 @dataclass
@@ -80,6 +112,8 @@ class Scheduler:
             raise ConfigError("max_model_len", vllm_config.max_model_len,
                               "must be resolved (>= 1) before scheduling; plan the startup first")
         self.vllm_config = vllm_config
+        self.policy: str = _POLICY_OVERRIDE.get() or vllm_config.scheduling_policy
+        self._num_arrived = 0
         self.max_model_len = vllm_config.max_model_len
         self.max_num_scheduled_tokens = vllm_config.max_num_batched_tokens
         self.max_num_running_reqs = vllm_config.max_num_seqs
@@ -90,7 +124,8 @@ class Scheduler:
         self.kv_cache_manager = KVCacheManager(
             kv_cache_config, vllm_config.max_model_len, scheduler_block_size, hash_block_size,
             max_in_flight_tokens=vllm_config.max_in_flight_tokens,
-            enable_caching=vllm_config.enable_prefix_caching, watermark=vllm_config.watermark)
+            enable_caching=vllm_config.enable_prefix_caching, watermark=vllm_config.watermark,
+            prefix_cache_retention_interval=vllm_config.prefix_cache_retention_interval)
         specs = [behaviour_spec(g.kv_cache_spec) for g in kv_cache_config.kv_cache_groups]
         mamba = [g.kv_cache_spec for g, s in zip(kv_cache_config.kv_cache_groups, specs)
                  if isinstance(s, MambaSpec)]
@@ -99,6 +134,7 @@ class Scheduler:
         self.mamba_block_size = mamba[0].block_size if mamba else vllm_config.block_size
         self.is_encoder_decoder = any(isinstance(s, CrossAttentionSpec) for s in specs)
         self.requests: dict[str, Request] = {}
+        self._arrival: dict[str, int] = {}
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.finished: list[str] = []
@@ -119,7 +155,32 @@ class Scheduler:
             raise ConfigError("request", request, "must be a fresh WAITING request")
         request.set_block_hasher(self.kv_cache_manager.request_block_hasher)
         self.requests[request.request_id] = request
-        self.waiting.append(request)
+        self._arrival[request.request_id] = self._num_arrived
+        self._num_arrived += 1
+        if self.policy == "priority":
+            self._insert_by_priority(request)
+        else:
+            self.waiting.append(request)
+
+    def _priority_key(self, request: Request) -> tuple[int, int, str]:
+        """``Request.__lt__``: priority, then arrival (add order), then request id."""
+        return (request.priority, self._arrival[request.request_id], request.request_id)
+
+    def _insert_by_priority(self, request: Request) -> None:
+        """``PriorityRequestQueue.add_request``: keep ``waiting`` sorted by the key."""
+        key = self._priority_key(request)
+        i = next((i for i, r in enumerate(self.waiting) if key < self._priority_key(r)),
+                 len(self.waiting))
+        self.waiting.insert(i, request)
+
+    def _select_victim(self) -> Request:
+        """The running request to preempt: the last (FCFS), the largest
+        ``(priority, arrival)`` (priority), or the fewest computed tokens, latest first."""
+        if self.policy == "priority":
+            return max(self.running, key=lambda r: (r.priority, self._arrival[r.request_id]))
+        if self.policy == "fcfs_fewest_computed_victim":
+            return min(reversed(self.running), key=lambda r: r.num_computed_tokens)
+        return self.running[-1]
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.waiting or self.running)
@@ -142,18 +203,28 @@ class Scheduler:
                     or flaws.is_on("mamba_align_zero_chunk")):
                 end = aligned_end
         next_block_boundary = (start // block_size + 1) * block_size
-        stops = (next_block_boundary if start % block_size else 0, last_cache_position)
+        # Marconi shared-prefix junction (``Request.shared_prefix_boundary``), block-floored
+        # (``enable_mamba_shared_prefix_checkpoint`` is off by default): end the chunk there so
+        # its state is cached for siblings sharing the prefix
+        junction = request.shared_prefix_boundary
+        junction_stop = start + (junction - start) // block_size * block_size
+        stops = (next_block_boundary if start % block_size else 0, last_cache_position,
+                 junction_stop if start < junction < end else 0)
         end = min((s for s in stops if start < s < end), default=end)
         return max(end - start, 0)
 
     def _preempt_request(self, request: Request) -> None:
-        """Free the victim's blocks and put it at the front of the waiting queue."""
+        """Free the victim's blocks and put it at the front of the waiting queue
+        (priority: back to its place, ``PriorityRequestQueue.prepend_request``)."""
         self.kv_cache_manager.free(request)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
         request.num_preemptions += 1
         self.num_preemptions += 1
-        self.waiting.appendleft(request)
+        if self.policy == "priority":
+            self._insert_by_priority(request)
+        else:
+            self.waiting.appendleft(request)
 
     def schedule(self) -> SchedulerOutput:
         """Decide this step's tokens; advances ``num_computed_tokens`` of the scheduled."""
@@ -181,12 +252,21 @@ class Scheduler:
                                                 num_lookahead_tokens=self.num_lookahead_tokens)
                 if new_blocks is not None:
                     break
-                victim = self.running.pop()
+                victim = self._select_victim()
+                victim_index = self.running.index(victim)
+                del self.running[victim_index]
+                if victim_index < req_index:
+                    req_index -= 1
+                if victim.request_id in scheduled:  # already scheduled this step: give back
+                    token_budget += scheduled.pop(victim.request_id)
+                    out.scheduled_running_reqs.remove(victim.request_id)
                 self._preempt_request(victim)
                 out.preempted_reqs.append(victim.request_id)
                 if victim is request:
                     break
             if new_blocks is None:
+                if self.policy != "fcfs" and request.status is RequestStatus.PREEMPTED:
+                    continue  # it preempted itself; the ones after it may still fit
                 break
             out.scheduled_running_reqs.append(request.request_id)
             scheduled[request.request_id] = num_new
@@ -200,7 +280,8 @@ class Scheduler:
                     break
                 request = self.waiting[0]
                 if request.num_computed_tokens == 0:
-                    computed_blocks, num_local = kvm.get_computed_blocks(request)
+                    computed_blocks, num_local, request.shared_prefix_boundary = \
+                        kvm.get_computed_blocks(request)
                 else:
                     computed_blocks, num_local = kvm.empty_kv_cache_blocks, 0
                 num_computed = request.num_computed_tokens + num_local
@@ -270,10 +351,6 @@ class Scheduler:
     def get_request_counts(self) -> tuple[int, int]:
         """``(running, waiting)``."""
         return len(self.running), len(self.waiting)
-
-    def add_requests(self, requests: Iterable[Request]) -> None:
-        for r in requests:
-            self.add_request(r)
 
 
 __all__ = [

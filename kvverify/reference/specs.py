@@ -101,8 +101,8 @@ class AttentionSpec(KVCacheSpec):
 
     @property
     def real_page_size_bytes(self) -> int:
-        return (self.block_size * self.num_kv_heads * (self.head_size + self.head_size_v)
-                * get_dtype_size(self.dtype))
+        head_size_v = self.head_size if self.head_size_v is None else self.head_size_v  # set by __post_init__
+        return self.block_size * self.num_kv_heads * (self.head_size + head_size_v) * get_dtype_size(self.dtype)
 
     @property
     def page_size_bytes(self) -> int:
@@ -350,25 +350,3 @@ def iter_layer_specs(spec: KVCacheSpec) -> list[KVCacheSpec]:
     if isinstance(spec, UniformTypeKVCacheSpecs):
         return [s for _, s in spec.kv_cache_specs]
     return [spec]
-
-
-def admission_cap(spec: KVCacheSpec, vllm_config: VllmConfig) -> int | None:
-    """The runtime admission cap of a recycling spec (SWA / chunked local), else ``None``."""
-    if isinstance(spec, (SlidingWindowSpec, ChunkedLocalAttentionSpec)):
-        return spec.max_admission_blocks_per_request(vllm_config.max_in_flight_tokens,
-                                                     vllm_config.max_model_len)
-    return None
-
-
-SPEC_KINDS: dict[str, type[KVCacheSpec]] = {
-    cls.kind: cls for cls in (FullAttentionSpec, MLAAttentionSpec, SlidingWindowSpec,
-                              ChunkedLocalAttentionSpec, CrossAttentionSpec,
-                              EncoderOnlyAttentionSpec, MambaSpec)
-}
-
-
-def spec_class(kind: str) -> type[KVCacheSpec]:
-    """Look a spec type up by its kind name; unknown kinds are a clear error."""
-    if kind not in SPEC_KINDS:
-        raise ConfigError("kind", kind, f"unknown spec kind; allowed: {', '.join(SPEC_KINDS)}")
-    return SPEC_KINDS[kind]

@@ -6,6 +6,7 @@ or as a lemma counterexample (``kvverify prove``) — a report is written to
 
     reports/<property>-<short hash>.json   the failure, fully serialized (replayable)
     reports/<property>-<short hash>.md     the same for a person to read
+    reports/<property>-<short hash>.svg    a workload failure's timeline, step by step
 
 A report holds the invariant and its one-line reason, the evidence numbers, the shrunk
 example with every ``VllmConfig`` field and every layer spec as tables (VOPR-style), the
@@ -66,6 +67,7 @@ from kvverify.reports.common import (
     DEFAULT_DIR,
     INDEX_HTML,
     INDEX_MD,
+    OVERVIEW_SVG,
     REPORTS_ENV,
     SCHEMA,
     ReportError,
@@ -94,7 +96,7 @@ from kvverify.reports.store import (
 )
 
 __all__ = [
-    "Capture", "DEFAULT_DIR", "INDEX_HTML", "INDEX_MD", "NotSerializable", "REPORTS_ENV", "RecordingData",
+    "Capture", "DEFAULT_DIR", "INDEX_HTML", "INDEX_MD", "NotSerializable", "OVERVIEW_SVG", "REPORTS_ENV", "RecordingData",
     "RecordingTarget", "ReplayData", "ReplayMismatch", "ReplayOutcome", "ReportError", "SCHEMA", "Sink",
     "active_fixes", "atomic_write_text", "build_lemma_report", "build_report", "build_stateful_report",
     "decode", "describe_example", "display_path", "encode", "instrument", "is_property", "leaf_exceptions",

@@ -29,6 +29,7 @@ from kvverify.reports.common import (
     short_repr,
 )
 from kvverify.reports.serialize import NotSerializable, canonical_json, encode, plain
+from kvverify.reports.timeline import timeline_of_capture
 
 # --- violations ----------------------------------------------------------------------
 
@@ -178,6 +179,7 @@ def build_report(capture: Capture, *, found_by: str, name: str | None = None, fi
         "example": example,
         "configuration": describe_example(capture.kwargs),
         "trace": trace_of(capture.workloads),
+        "timeline": None,
         "z3_model": None,
         "replayable": replayable,
         "not_replayable_because": why_not,
@@ -185,6 +187,10 @@ def build_report(capture: Capture, *, found_by: str, name: str | None = None, fi
     notes = [sanitize(str(n)) for n in getattr(exc, "__notes__", []) or []]
     report["run"] = {"found_by": found_by, "nodeid": nodeid, "hypothesis_notes": notes,
                      "versions": versions()}
+    try:
+        report["timeline"] = timeline_of_capture(capture, violations[0], prop)
+    except Exception as e:  # noqa: BLE001 - a report without its picture beats no report
+        report["run"]["timeline_error"] = f"{type(e).__name__}: {sanitize(str(e))[:300]}"
     return finish_report(report, directory, pytest_cmd=_pytest_command(nodeid, ref, capture.flaws))
 
 

@@ -72,8 +72,13 @@ class RecordingTarget:
     def __init__(self, target: Any) -> None:
         self._target = target
         self.workloads: list[tuple[list[Any], Any]] = []
+        #: ``(target, plan, workload, kwargs)`` of the last runs, recorded before each runs
+        #: (so a run that raised is there too): a report re-runs the last with a recorder
+        self.runs: list[tuple[Any, Any, list[Any], dict[str, Any]]] = []
 
     def run_workload(self, plan: Any, workload: Any, **kw: Any) -> Any:
+        self.runs.append((self._target, plan, list(workload), dict(kw)))
+        del self.runs[:-4]
         result = self._target.run_workload(plan, workload, **kw)
         self.workloads.append((list(workload), result))
         del self.workloads[:-4]
@@ -97,6 +102,7 @@ class Capture:
     fixes: tuple[str, ...]
     target_name: str
     workloads: list[tuple[list[Any], Any]]
+    runs: list[tuple[Any, Any, list[Any], dict[str, Any]]] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(eq=False)  # identity: sinks are removed from _SINKS by identity
@@ -177,9 +183,13 @@ def is_property(fn: Any) -> bool:
     return callable(fn) and getattr(fn, "is_hypothesis_test", False) and hasattr(fn, "hypothesis")
 
 
-def _recording_inner(fn: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
-    from hypothesis.strategies._internal.core import DataObject
+def _is_data_object(value: Any) -> bool:
+    """``st.data()``'s draw object (duck-typed on its public ``draw``; its class is private)."""
+    return (callable(getattr(value, "draw", None)) and not isinstance(value, type)
+            and not isinstance(value, (RecordingData, ReplayData)))
 
+
+def _recording_inner(fn: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(inner)
     def recording(*args: Any, **kwargs: Any) -> Any:
         for sink in _SINKS:
@@ -190,7 +200,7 @@ def _recording_inner(fn: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
             rec_target = RecordingTarget(call_kwargs["target"])
             call_kwargs["target"] = rec_target
         for k, v in list(call_kwargs.items()):
-            if isinstance(v, DataObject):
+            if _is_data_object(v):
                 call_kwargs[k] = RecordingData(v)
         try:
             return inner(*args, **call_kwargs)
@@ -201,7 +211,8 @@ def _recording_inner(fn: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
             cap = Capture(function=fn, kwargs={k: v for k, v in call_kwargs.items() if k != "target"},
                           exc=e, flaws=tuple(sorted(flaws.active())), fixes=tuple(sorted(active_fixes())),
                           target_name=str(getattr(target_obj, "name", "reference")),
-                          workloads=list(rec_target.workloads) if rec_target is not None else [])
+                          workloads=list(rec_target.workloads) if rec_target is not None else [],
+                          runs=list(rec_target.runs) if rec_target is not None else [])
             for sink in _SINKS:
                 sink.failures.append(cap)
             raise

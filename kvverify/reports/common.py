@@ -17,6 +17,7 @@ REPORTS_ENV = "KVVERIFY_REPORTS_DIR"
 DEFAULT_DIR = "reports"
 INDEX_MD = "index.md"
 INDEX_HTML = "index.html"
+OVERVIEW_SVG = "overview.svg"  # failures per invariant and per property (`kvverify report`)
 MAX_TRACE_ROWS = 200  # rows kept in the JSON (first 50 + last 150)
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
@@ -34,24 +35,18 @@ def reports_dir(default: str | os.PathLike[str] | None = None) -> Path:
 
 
 def active_fixes() -> frozenset[str]:
-    active = getattr(fixes, "active", None)
-    return frozenset(active()) if callable(active) else frozenset(fixes._ACTIVE.get())
+    return fixes.active()
 
 
 @contextlib.contextmanager
 def switched(flaw_names: Iterable[str] = (), fix_names: Iterable[str] = ()) -> Iterator[None]:
     """Exactly these flaws and fixes on (a clean context: nothing inherited)."""
-    f_token = flaws._ACTIVE.set(frozenset(flaws.check_name(n) for n in flaw_names))
-    fix_names = tuple(fix_names)
+    flaw_names, fix_names = tuple(flaw_names), tuple(fix_names)
     for n in fix_names:
         if n not in fixes.CATALOG:
             raise ReportError(f"unknown fix {n!r}; known: {', '.join(fixes.CATALOG)}")
-    x_token = fixes._ACTIVE.set(frozenset(fix_names))
-    try:
+    with flaws.only(*flaw_names), fixes.only(*fix_names):
         yield
-    finally:
-        fixes._ACTIVE.reset(x_token)
-        flaws._ACTIVE.reset(f_token)
 
 
 def sanitize(text: str) -> str:

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from kvverify.reports.common import (
     INDEX_HTML,
     INDEX_MD,
+    OVERVIEW_SVG,
     atomic_write_text,
     display_path,
     reports_dir,
@@ -47,6 +48,10 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     v = report.get("violation") or {}
     out = [f"# `{v.get('name')}` — {report.get('property')}", "",
            f"> {v.get('reason')}", ""]
+    if report.get("timeline"):
+        svg = f"{report.get('id')}.svg"
+        out += [f"![timeline: blocks held, free blocks and requests per scheduler step]({svg})", "",
+                f"Timeline of the failing run, step by step: [{svg}]({svg})", ""]
     facts = [("property", ref_text(report.get("property_ref") or {})),
              ("target", report.get("target")),
              ("flaws on", ", ".join(report.get("flaws") or []) or "none (the faithful reference)"),
@@ -138,6 +143,7 @@ details{background:#fff;border:1px solid #dde1e8;border-radius:8px;margin:12px 0
 summary{cursor:pointer;padding:12px 0;font-weight:600;list-style:none}
 summary::-webkit-details-marker{display:none}summary:before{content:"▸ ";color:#8a93a6}
 details[open] summary:before{content:"▾ "}
+.timeline{overflow-x:auto;margin:8px 0 14px}.timeline svg{display:block;max-width:100%;height:auto}
 .tag{display:inline-block;border-radius:10px;padding:0 8px;font-size:12px;font-weight:600;margin-left:6px}
 .flaw{background:#fde8e8;color:#a4161a}.finding{background:#fff4d6;color:#8a5a00}
 .ref{background:#e6f4ea;color:#1e6b34}.reason{color:#3c4454;font-weight:400}
@@ -188,6 +194,13 @@ def _html_report(path: Path, r: Mapping[str, Any], open_: bool = False) -> str:
     if r.get("known_finding"):
         facts.append(("known finding", r["known_finding"]))
     parts.append(_html_facts(facts))
+    if r.get("timeline"):
+        from kvverify.reports.timeline import render_json
+        try:
+            svg = render_json(r["timeline"])
+        except (KeyError, TypeError, ValueError, IndexError):  # a hand-edited or foreign report
+            svg = '<p class="muted">(the timeline in this report cannot be drawn)</p>'
+        parts.append('<h3>Timeline of the failing run</h3><div class="timeline">' + svg + "</div>")
     replay = r.get("replay") or {}
     # the command for where the file is now (reports move: CI artifacts, merged shards)
     cmds = [f"kvverify replay {display_path(path)}"] + [replay.get(k) for k in ("equivalent", "pytest")
@@ -238,9 +251,11 @@ def _html_report(path: Path, r: Mapping[str, Any], open_: bool = False) -> str:
 
 def render_index(directory: str | os.PathLike[str] | None = None) -> tuple[Path, Path, int]:
     """Write ``index.md`` and a self-contained ``index.html`` of every report in ``directory``."""
-    from kvverify.reports.store import (
-        list_reports,  # store renders reports: import here
+    from kvverify.reports.store import (  # store renders reports: import here
+        list_reports,
+        write_timeline,
     )
+    from kvverify.reports.timeline import render_overview
 
     where = Path(directory) if directory is not None else reports_dir()
     reports = list_reports(where)
@@ -248,6 +263,15 @@ def render_index(directory: str | os.PathLike[str] | None = None) -> tuple[Path,
     md = ["# kvverify counterexample reports", "",
           f"{len(reports)} report(s) in `{display_path(where)}`. Each replays with "
           "`kvverify replay <report>.json` (exit 1: still failing, 0: passes now).", ""]
+    overview = render_overview(r for _, r in reports)
+    atomic_write_text(where / OVERVIEW_SVG, overview)
+    md += [f"![failures per invariant and per property]({OVERVIEW_SVG})", ""]
+    for _, r in reports:  # reports copied without their pictures (CI artifacts): draw them again
+        if r.get("timeline") and not (where / f"{r['id']}.svg").exists():
+            try:
+                write_timeline(r, where)
+            except (KeyError, TypeError, ValueError, IndexError):
+                pass  # drawn as a note in index.html
     if reports:
         md += md_table(["invariant", "property", "flaws", "resembles", "reason", "report"],
                         ((f"`{r['violation']['name']}`", r.get("property"), ", ".join(r.get("flaws") or []) or "—",
@@ -266,7 +290,8 @@ def render_index(directory: str | os.PathLike[str] | None = None) -> tuple[Path,
                     f'<td>{_h(r.get("property"))}</td><td>{_h(", ".join(r.get("flaws") or []) or "—")}</td>'
                     f'<td>{_h(", ".join(x["upstream"] for x in r.get("resembles") or []) or "—")}</td>'
                     f'<td>{_h(v.get("reason"))}</td></tr>')
-    summary = ("<table class=\"summary\"><thead><tr><th>invariant</th><th>property</th><th>flaws</th>"
+    summary = (f'<div class="timeline">{overview}</div>' if reports else "") + (
+               "<table class=\"summary\"><thead><tr><th>invariant</th><th>property</th><th>flaws</th>"
                "<th>resembles</th><th>reason</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
                if rows else "<p>No counterexample reports: every property held. 🎉</p>")
     finding_html = ""

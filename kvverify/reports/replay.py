@@ -133,14 +133,16 @@ def replay_report(report: Mapping[str, Any], *, target: str | None = None,
         raise ReportError(f"this report cannot be replayed exactly: {report.get('not_replayable_because')}"
                           + (f"; rerun with: {report['replay']['pytest']}"
                              if (report.get("replay") or {}).get("pytest") else ""))
+    import inspect
+
     from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings
+    from hypothesis import strategies as st
 
     from kvverify.targets import get_target
 
     fn = resolve_property(report.get("property_ref") or {})
-    given_kwargs = getattr(fn.hypothesis, "_given_kwargs", None)
-    if given_kwargs is None:
-        raise ReportError("this Hypothesis version does not expose the property's strategies")
+    # the arguments Hypothesis supplies: the body's parameters but the target (a fixture)
+    given_kwargs = [p for p in inspect.signature(fn.hypothesis.inner_test).parameters if p != "target"]
     tgt = get_target(target or report.get("target") or "reference")
     expected = (report.get("violation") or {}).get("name")
     with switched(use_flaws, use_fixes):
@@ -160,10 +162,11 @@ def replay_report(report: Mapping[str, Any], *, target: str | None = None,
                     ran["rejected"] = True
                 raise
 
-        runner = functools.wraps(inner)(once)
-        test = given(**given_kwargs)(runner)
-        test.hypothesis_explicit_examples = []  # type: ignore[attr-defined]  # never share (or grow) the property's own list
-        test = example(**example_kwargs)(test)
+        # updated=(): a fresh body (signature and source through __wrapped__) that does not
+        # share the property's own @example list, so only the report's example runs; it is
+        # the only case run (Phase.explicit), so each argument's strategy is a placeholder
+        runner = example(**example_kwargs)(functools.wraps(inner, updated=())(once))
+        test = given(**{k: st.just(v) for k, v in example_kwargs.items()})(runner)
         test = settings(database=None, deadline=None, phases=[Phase.explicit], print_blob=False,
                         suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)(test)
         with instrument([test]) as sink:
@@ -225,11 +228,11 @@ def _replay_stateful(report: Mapping[str, Any], use_flaws: list[str], use_fixes:
         raise ReportError(f"this report cannot be replayed exactly: {report.get('not_replayable_because')}")
     from hypothesis.stateful import RuleBasedStateMachine
 
+    from kvverify.hypothesis_hooks import reproducing_machine
+
     machine = resolve(ref, lambda obj: isinstance(obj, type) and issubclass(obj, RuleBasedStateMachine),
                       "state machine")
-    replayer = type(machine.__name__, (machine,), {"__module__": machine.__module__})
-    blob_bytes = (blob[0], blob[1].encode("ascii"))
-    replayer._hypothesis_internal_use_reproduce_failure = blob_bytes  # type: ignore[attr-defined]
+    replayer = reproducing_machine(machine, blob[0], blob[1].encode("ascii"))
     expected = (report.get("violation") or {}).get("name")
     with switched(use_flaws, use_fixes):
         try:

@@ -11,15 +11,30 @@ from kvverify.reports.build import build_lemma_report, build_report
 from kvverify.reports.capture import Capture
 from kvverify.reports.common import SCHEMA, ReportError, atomic_write_text, reports_dir
 from kvverify.reports.render import render_markdown
+from kvverify.reports.timeline import render_json, svg_sha256
 
 
 def write_report(report: dict[str, Any], directory: str | os.PathLike[str] | None = None) -> Path:
-    """Write ``<id>.json`` and ``<id>.md``; returns the JSON path. Idempotent per failure."""
+    """Write ``<id>.svg`` (a workload failure's timeline, first), ``<id>.json`` and ``<id>.md``;
+    returns the JSON path. Each file atomically; idempotent per failure."""
     where = Path(directory) if directory is not None else reports_dir()
     json_path = where / f"{report['id']}.json"
+    write_timeline(report, where)
     atomic_write_text(json_path, json.dumps(report, indent=2, sort_keys=False) + "\n")
     atomic_write_text(where / f"{report['id']}.md", render_markdown(report))
     return json_path
+
+
+def write_timeline(report: dict[str, Any], where: Path) -> Path | None:
+    """Write the report's timeline picture as ``<id>.svg`` (atomically); ``None`` if it has none."""
+    timeline = report.get("timeline")
+    if not timeline:
+        return None
+    svg = render_json(timeline)
+    report["timeline"] = {**timeline, "sha256": svg_sha256(svg)}  # the picture's bytes, content-hashed
+    path = where / f"{report['id']}.svg"
+    atomic_write_text(path, svg)
+    return path
 
 
 def report_failure(capture: Capture, *, found_by: str, directory: str | os.PathLike[str] | None = None,

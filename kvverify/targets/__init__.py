@@ -1,13 +1,23 @@
 """Systems under test. Properties talk to a :class:`Target`, not to a module.
 
 ``reference`` is the default; the reference with a bug-zoo flaw switched on is the same
-target under :func:`kvverify.flaws.enabled`; ``vllm`` adapts an installed, pinned vLLM.
+target under :func:`kvverify.flaws.enabled`; ``vllm`` adapts an installed vLLM release (0.19.1 … 0.33.0; the pin is 0.33.0).
 """
 
 from __future__ import annotations
 
 from kvverify.errors import ConfigError
-from kvverify.targets.base import Capability, Target
+from kvverify.targets.base import (
+    BlockSizesTarget,
+    Capability,
+    KVCacheManagerLike,
+    PlannerTarget,
+    RuntimeTarget,
+    SchedulerLike,
+    SchedulerTarget,
+    Target,
+    TargetUnsupported,
+)
 
 
 def get_target(name: str) -> Target:
@@ -21,4 +31,5 @@ def get_target(name: str) -> Target:
     raise ConfigError("target", name, "unknown target; allowed: reference, vllm")
 
 
-__all__ = ["Capability", "Target", "get_target"]
+__all__ = ["BlockSizesTarget", "Capability", "KVCacheManagerLike", "PlannerTarget", "RuntimeTarget",
+           "SchedulerLike", "SchedulerTarget", "Target", "TargetUnsupported", "get_target"]

@@ -35,6 +35,9 @@ class SingleTypeKVCacheManager:
 
     #: whether the admission cap of the spec applies to this manager type
     recycles_blocks: ClassVar[bool] = False
+    #: whether its hit lookup can land on a ``hash_block_size`` finer than its block
+    #: (upstream, same name: full attention and Mamba)
+    supports_fine_grained_hash_lookup: ClassVar[bool] = False
 
     def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: BlockPool, *,
                  enable_caching: bool, kv_cache_group_id: int, scheduler_block_size: int,
@@ -124,12 +127,21 @@ class SingleTypeKVCacheManager:
 
     # -- prefix cache --
 
-    def reachable_block_mask(self, start_block: int, end_block: int) -> list[bool] | None:
-        """Which new full blocks can ever serve a hit; ``None`` = all (dense)."""
+    def reachable_block_mask(self, start_block: int, end_block: int,
+                             retention_interval: int | None = None,
+                             reachable_boundaries: Sequence[int] = ()) -> list[bool] | None:
+        """Which new full blocks can ever serve a hit; ``None`` = all (dense; full attention)."""
         return None
 
-    def cache_blocks(self, request: HashableRequest, num_tokens: int) -> None:
-        """Hash the request's newly full blocks (upstream ``cache_blocks``)."""
+    def cache_blocks(self, request: HashableRequest, num_tokens: int,
+                     retention_interval: int | None = None, *,
+                     replay_boundaries: Sequence[int] = ()) -> None:
+        """Hash the request's newly full blocks (upstream ``cache_blocks``).
+
+        Sparse-retention managers (SWA, Mamba) keep only the blocks
+        :meth:`reachable_block_mask` marks: under ``retention_interval`` 0 those a replay
+        boundary or the request's ``shared_prefix_boundary`` can reach.
+        """
         if not self.kv_cache_spec.prefix_cacheable:
             return
         request_id: str = request.request_id  # type: ignore[attr-defined]
@@ -138,9 +150,14 @@ class SingleTypeKVCacheManager:
         num_full = min(num_tokens, num_hashed_tokens) // self.block_size
         if num_cached >= num_full:
             return
+        boundaries = [*replay_boundaries]
+        junction = getattr(request, "shared_prefix_boundary", 0)
+        if junction:
+            boundaries.append(junction)
+        mask = self.reachable_block_mask(num_cached, num_full, retention_interval, boundaries)
         self.block_pool.cache_full_blocks(
             request, self.req_to_blocks[request_id], num_cached, num_full, self.block_size,
-            self.kv_cache_group_id, block_mask=self.reachable_block_mask(num_cached, num_full))
+            self.kv_cache_group_id, block_mask=mask)
         self.num_cached_block[request_id] = num_full
 
     @classmethod

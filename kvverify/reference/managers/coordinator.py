@@ -12,13 +12,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvverify.reference.block_sizes import validate_coordinator_block_sizes
-from kvverify.errors import require_int
+from kvverify.errors import ConfigError, require_int
 from kvverify.reference.managers.base import SingleTypeKVCacheManager, behaviour_spec
-from kvverify.reference.managers.cross_attention import CrossAttentionManager
+from kvverify.reference.managers.cross_attention import (
+    CrossAttentionManager,
+    refuse_encoder_decoder_prefix_caching,
+)
 from kvverify.reference.managers.registry import get_manager_for_kv_cache_spec
 from kvverify.reference.ops import cdiv
 from kvverify.reference.pool import BlockHash, BlockPool, HashableRequest, KVCacheBlock
-from kvverify.reference.specs import FullAttentionSpec
+from kvverify.reference.specs import FullAttentionSpec, MambaSpec, SlidingWindowSpec
 
 BlocksPerGroup = tuple[Sequence[KVCacheBlock], ...]
 
@@ -27,11 +30,18 @@ class KVCacheCoordinator:
     """Sums the per-group managers (upstream ``KVCacheCoordinator`` and subclasses)."""
 
     def __init__(self, kv_cache_config: Any, max_model_len: int, max_in_flight_tokens: int,
-                 enable_caching: bool, scheduler_block_size: int, hash_block_size: int) -> None:
+                 enable_caching: bool, scheduler_block_size: int, hash_block_size: int,
+                 retention_interval: int | None = 0) -> None:
         require_int("max_model_len", max_model_len, minimum=1)
         require_int("max_in_flight_tokens", max_in_flight_tokens, minimum=1)
         validate_coordinator_block_sizes(kv_cache_config, scheduler_block_size,
                                          hash_block_size, enable_caching)
+        _validate_prefix_cache_retention_interval(retention_interval, scheduler_block_size,
+                                                  kv_cache_config)
+        refuse_encoder_decoder_prefix_caching(kv_cache_config, enable_caching)
+        #: ``prefix_cache_retention_interval``: 0 = only replay-boundary / junction
+        #: checkpoints of SWA and Mamba groups, ``k`` = also one per ``k`` tokens, None = dense
+        self.retention_interval = retention_interval
         self.kv_cache_config = kv_cache_config
         self.enable_caching = enable_caching
         self.scheduler_block_size = scheduler_block_size
@@ -109,10 +119,14 @@ class KVCacheCoordinator:
         return num_computed_tokens
 
     def cache_blocks(self, request: HashableRequest, num_computed_tokens: int) -> None:
+        """Every caching group hashes its newly full blocks; sparse-retention groups keep only
+        what a replay of the prompt (``num_prompt_tokens - 1``) or a junction can reach."""
         num_tokens = self.get_num_cacheable_tokens(num_computed_tokens)
+        boundaries = replay_boundaries(getattr(request, "num_prompt_tokens", 0))
         for manager in self.single_type_managers:
             if manager.enable_caching:
-                manager.cache_blocks(request, num_tokens)
+                manager.cache_blocks(request, num_tokens, retention_interval=self.retention_interval,
+                                     replay_boundaries=boundaries)
 
     def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int) -> None:
         for manager in self.single_type_managers:
@@ -136,20 +150,24 @@ class KVCacheCoordinator:
     # -- prefix-cache lookups --
 
     def find_longest_cache_hit(self, block_hashes: Sequence[BlockHash],
-                               max_cache_hit_length: int) -> tuple[tuple[list[KVCacheBlock], ...], int]:
-        """Per-group hit blocks and the hit length agreed by every group."""
+                               max_cache_hit_length: int) -> tuple[tuple[list[KVCacheBlock], ...], int, int]:
+        """Per-group hit blocks, the hit length agreed by every group, and
+        ``num_uncached_common_prefix_tokens`` (how far the longest single-group hit
+        reached past it: a shared prefix a sparse-retention group has not cached; 0
+        unless hybrid)."""
         managers = self.single_type_managers
         if self.kind == "no_prefix_cache" or not managers:
-            return tuple([] for _ in managers), 0
+            return tuple([] for _ in managers), 0, 0
         if self.kind == "unitary":
             m = managers[0]
-            return m.find_longest_cache_hit(block_hashes, max_cache_hit_length, [0],
-                                            self.block_pool, m.kv_cache_spec, m.block_size)
+            blocks, hit = m.find_longest_cache_hit(block_hashes, max_cache_hit_length, [0],
+                                                   self.block_pool, m.kv_cache_spec, m.block_size)
+            return blocks, hit, 0
         return self._hybrid_find_longest_cache_hit(block_hashes, max_cache_hit_length)
 
     def _hybrid_find_longest_cache_hit(
             self, block_hashes: Sequence[BlockHash],
-            max_cache_hit_length: int) -> tuple[tuple[list[KVCacheBlock], ...], int]:
+            max_cache_hit_length: int) -> tuple[tuple[list[KVCacheBlock], ...], int, int]:
         """Fixed point: each type accepts or lowers the candidate length; repeat on change.
 
         Upstream ``HybridKVCacheCoordinator.find_longest_cache_hit`` (no EAGLE drop).
@@ -158,6 +176,7 @@ class KVCacheCoordinator:
         hit_length = max_cache_hit_length
         hit_blocks: list[list[KVCacheBlock] | None] = [None] * n
         hit_len_by_group = [0] * n
+        longest = 0
         simple = (len(self.attention_groups) == 2 and _is_full(self.attention_groups[0][0]))
         alignment = self.scheduler_block_size
         while True:
@@ -173,6 +192,7 @@ class KVCacheCoordinator:
                 for gid, blks in zip(group_ids, blocks):
                     hit_blocks[gid] = blks
                     hit_len_by_group[gid] = new_len
+                longest = max(longest, curr)
             if curr >= hit_length:
                 break
             hit_length = curr
@@ -186,7 +206,36 @@ class KVCacheCoordinator:
                 group_hit = hit_blocks[gid]
                 if group_hit is not None:
                     del group_hit[num_blocks:]
-        return tuple(b if b is not None else [] for b in hit_blocks), hit_length
+        return tuple(b if b is not None else [] for b in hit_blocks), hit_length, longest - hit_length
+
+
+def replay_boundaries(num_prompt_tokens: int) -> tuple[int, ...]:
+    """Positions a later request replaying a prompt can resume at (upstream, same name, no
+    EAGLE): a resend of the identical prompt is capped at ``num_prompt_tokens - 1``."""
+    return (num_prompt_tokens - 1,)
+
+
+def _validate_prefix_cache_retention_interval(retention_interval: int | None, scheduler_block_size: int,
+                                              kv_cache_config: Any) -> None:
+    """Upstream ``_validate_prefix_cache_retention_interval``, as a :class:`ConfigError`.
+
+    A positive interval needs an SWA or Mamba group (upstream tests the group spec's own
+    type, so a uniform-type group of SWA layers does not count) and must be a multiple
+    of the scheduler block size; 0 and None are always accepted.
+    """
+    if retention_interval is None:
+        return
+    if not any(isinstance(g.kv_cache_spec, (SlidingWindowSpec, MambaSpec))
+               for g in kv_cache_config.kv_cache_groups):
+        if retention_interval == 0:
+            return
+        raise ConfigError("prefix_cache_retention_interval", retention_interval,
+                          "must be 0 or None: this model has no sliding-window or Mamba KV cache "
+                          "group, so retention has no effect")
+    if retention_interval < 0 or retention_interval % scheduler_block_size:
+        raise ConfigError("prefix_cache_retention_interval", retention_interval,
+                          f"must be non-negative and a multiple of scheduler_block_size "
+                          f"({scheduler_block_size})")
 
 
 def _is_full(spec: Any) -> bool:

@@ -2,11 +2,21 @@
 
 Upstream ``CrossAttentionManager``. The coordinator passes the encoder token count
 instead of the decoder's; nothing is prefix-cached and nothing is recycled.
+
+With prefix caching on (upstream defaults it off for encoder-decoder models, but an explicit
+``enable_prefix_caching`` is accepted) the first prefix lookup raises
+``NotImplementedError`` and ``cache_blocks`` a ``ValueError``, as upstream: finding F8.
+Under the fix ``encoder_decoder_prefix_caching_refused`` startup refuses it instead
+(:func:`refuse_encoder_decoder_prefix_caching`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+from kvverify import fixes
+from kvverify.errors import ConfigError
 
 from kvverify.reference.managers.base import SingleTypeKVCacheManager
 from kvverify.reference.pool import BlockHashList, BlockPool, HashableRequest, KVCacheBlock
@@ -23,14 +33,28 @@ class CrossAttentionManager(SingleTypeKVCacheManager):
         if any(not b.is_null for b in new_computed_blocks):
             raise AssertionError("cross-attention groups never have prefix-cache hits")
 
-    def cache_blocks(self, request: HashableRequest, num_tokens: int) -> None:
-        """Encoder states are never shared between requests."""
-        return
+    def cache_blocks(self, request: HashableRequest, num_tokens: int,
+                     retention_interval: int | None = None, *,
+                     replay_boundaries: Sequence[int] = ()) -> None:
+        """Encoder states are never shared between requests: upstream raises (finding F8)."""
+        raise ValueError("Should not be called as prefix caching is disabled.")
 
     @classmethod
     def find_longest_cache_hit(cls, block_hashes: BlockHashList, max_length: int,
                                kv_cache_group_ids: Sequence[int], block_pool: BlockPool,
                                kv_cache_spec: KVCacheSpec,
                                alignment_tokens: int) -> tuple[tuple[list[KVCacheBlock], ...], int]:
-        """Never a hit."""
-        return tuple([] for _ in kv_cache_group_ids), 0
+        """Never a hit: upstream raises instead of answering "no hit" (finding F8)."""
+        raise NotImplementedError("CrossAttentionManager does not support caching")
+
+
+def refuse_encoder_decoder_prefix_caching(kv_cache_config: Any, enable_caching: bool) -> None:
+    """The fix for finding F8: refuse prefix caching with cross-attention groups at startup."""
+    from kvverify.reference.specs import CrossAttentionSpec, iter_layer_specs
+
+    if enable_caching and fixes.is_on("encoder_decoder_prefix_caching_refused") and any(
+            isinstance(s, CrossAttentionSpec) for g in kv_cache_config.kv_cache_groups
+            for s in iter_layer_specs(g.kv_cache_spec)):
+        raise ConfigError("enable_prefix_caching", True,
+                          "must be False for encoder-decoder models (cross-attention layers): "
+                          "their KV cache cannot be prefix-cached (finding F8)")

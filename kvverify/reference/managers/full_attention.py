@@ -7,6 +7,7 @@ partial-hit/copy-on-write path of 0.33.0 is not modelled).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from kvverify.reference.managers.base import SingleTypeKVCacheManager
 from kvverify.reference.ops import cdiv
@@ -16,6 +17,8 @@ from kvverify.reference.specs import KVCacheSpec
 
 class FullAttentionManager(SingleTypeKVCacheManager):
     """Skips no tokens; hits are the longest run of cached blocks from the start."""
+
+    supports_fine_grained_hash_lookup: ClassVar[bool] = True
 
     @classmethod
     def find_longest_cache_hit(cls, block_hashes: BlockHashList, max_length: int,

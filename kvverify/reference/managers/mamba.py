@@ -19,6 +19,7 @@ connector hand-offs, EAGLE.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from kvverify.reference import arith
 from kvverify.errors import KVVerifyError
@@ -37,6 +38,8 @@ from kvverify.reference.specs import KVCacheSpec, MambaSpec
 
 class MambaManager(SingleTypeKVCacheManager):
     """State blocks of a Mamba group; see the module docstring for the two modes."""
+
+    supports_fine_grained_hash_lookup: ClassVar[bool] = True
 
     def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: BlockPool, **kwargs) -> None:
         super().__init__(kv_cache_spec, block_pool, **kwargs)
@@ -168,11 +171,37 @@ class MambaManager(SingleTypeKVCacheManager):
         self._num_retired_blocks.pop(request_id, None)
         super().free(request_id)
 
-    def cache_blocks(self, request: HashableRequest, num_tokens: int) -> None:
+    def reachable_block_mask(self, start_block: int, end_block: int,
+                             retention_interval: int | None = None,
+                             reachable_boundaries: Sequence[int] = ()) -> list[bool] | None:
+        """Sparse state-snapshot retention (upstream ``MambaManager.reachable_block_mask``):
+        ``None`` dense; 0 only the state block ending on each reachable boundary (aligned
+        down); ``k > 0`` also one state per ``k``-token segment."""
+        if retention_interval is None:
+            return None
+        block_size = self.block_size
+        alignment = self.cache_hit_alignment_tokens
+        mask = [False] * (end_block - start_block)
+        if retention_interval:
+            per_segment = retention_interval // block_size
+            if per_segment <= 1:
+                return None
+            first = (start_block + per_segment) // per_segment * per_segment - 1
+            for i in range(first - start_block, len(mask), per_segment):
+                mask[i] = True
+        for boundary in reachable_boundaries:
+            idx = boundary // alignment * alignment // block_size - 1
+            if start_block <= idx < end_block:
+                mask[idx - start_block] = True
+        return mask
+
+    def cache_blocks(self, request: HashableRequest, num_tokens: int,
+                     retention_interval: int | None = None, *,
+                     replay_boundaries: Sequence[int] = ()) -> None:
         """Cache full state blocks and remember them as not readable until next step."""
         request_id: str = request.request_id  # type: ignore[attr-defined]
         before = self.num_cached_block.get(request_id, 0)
-        super().cache_blocks(request, num_tokens)
+        super().cache_blocks(request, num_tokens, retention_interval, replay_boundaries=replay_boundaries)
         after = self.num_cached_block.get(request_id, 0)
         blocks = self.req_to_blocks.get(request_id, [])
         for idx in range(before, after):

@@ -46,16 +46,36 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         return arith.sliding_window_skipped_tokens(num_computed_tokens, self.sliding_window,
                                                    self.extra_retained_tokens)
 
-    def reachable_block_mask(self, start_block: int, end_block: int) -> list[bool] | None:
-        """Dense retention: cache the ``need`` blocks ending each aligned boundary."""
+    def reachable_block_mask(self, start_block: int, end_block: int,
+                             retention_interval: int | None = None,
+                             reachable_boundaries: Sequence[int] = ()) -> list[bool] | None:
+        """The ``need = cdiv(W - 1, B)`` blocks a hit needs, ending on each boundary it can land on
+        (upstream ``SlidingWindowManager.reachable_block_mask``, no EAGLE).
+
+        ``retention_interval`` None: a tail at every hit-alignment boundary (dense); 0: only the
+        tails ending at ``reachable_boundaries`` (the replay boundary ``num_prompt - 1`` and a
+        shared-prefix junction, aligned down); ``k > 0``: a tail per ``k``-token segment too.
+        """
         alignment = self.cache_hit_alignment_tokens
-        if alignment % self.block_size != 0:
+        block_size = self.block_size
+        if alignment % block_size != 0:
             return None
-        need = contiguous_blocks_for_hit(self.sliding_window, self.block_size)
-        per_segment = alignment // self.block_size
-        if need >= per_segment:
-            return None
-        return [i % per_segment >= per_segment - need for i in range(start_block, end_block)]
+        need = contiguous_blocks_for_hit(self.sliding_window, block_size)
+        mask = [False] * (end_block - start_block)
+        segment = alignment if retention_interval is None else (retention_interval or None)
+        if segment is not None:
+            per_segment = segment // block_size
+            if need >= per_segment:
+                return None
+            for i in range(start_block, end_block):
+                if i % per_segment >= per_segment - need:
+                    mask[i - start_block] = True
+        if retention_interval is not None:
+            for boundary in reachable_boundaries:
+                end = boundary // alignment * alignment // block_size
+                for j in range(max(start_block, end - need), min(end_block, end)):
+                    mask[j - start_block] = True
+        return mask
 
     @classmethod
     def find_longest_cache_hit(cls, block_hashes: BlockHashList, max_length: int,

@@ -1,0 +1,717 @@
+"""``kvverify releases``: the unmodified suite against every installed vLLM release.
+
+For each release venv (built by ``scripts/install-vllm-target.sh --version X.Y.Z``) it runs
+``python -m pytest properties/ --target vllm -n 2 --hypothesis-profile=ci`` (the same
+``--ignore`` list as ``.ci/run``'s vllm step) with JUnit XML output and the release's own
+report directory (``reports/releases/X.Y.Z/``), then writes ``docs/releases.md``: release x
+property -> passes / FAILS (defect, shrunk counterexample, report) / known finding (xfail) /
+skipped (reason), a release x defect summary, and install / run times.
+
+Distinct defects: every failure's report is replayed on the reference, faithful and with
+each bug-zoo flaw switched on (:func:`kvverify.props.attribution.explain_report`); the
+flaw whose replay reproduces the release's violation names the defect. Later passes re-run
+only the failing tests with ``--absorb-flaws <the flaws identified so far>``, so failures an
+identified defect explains no longer stop Hypothesis and the search shrinks to the next
+defect (or to one no zoo flaw explains), until a pass identifies nothing new. Each failure
+report is also replayed on the release's own venv (``kvverify replay``, expected exit 1).
+
+Results are kept per release (``reports/releases/X.Y.Z/result.json``); ``--render-only``
+re-renders the page from them. Parsing uses only the standard library (``xml.etree``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvverify.cli.common import Formatter
+from kvverify.errors import ConfigError
+
+#: the same files .ci/run's vllm step leaves out (reference-only suites: z3 backends, lemmas, harness)
+IGNORED = ("properties/test_arith_backends.py", "properties/test_lemmas.py",
+           "properties/test_lemma_models.py", "properties/test_harness.py")
+ENV_VENVS = "KVVERIFY_RELEASE_VENVS"
+#: written by scripts/install-vllm-target.sh once the lock is installed and verified, and once
+#: kvverify is installed in the venv
+STAMPS = (".kvverify-vllm-lock.stamp", ".kvverify-self.stamp")
+_VERSION_RE = re.compile(r"^\d+\.\d+\.\d+(?:\.post\d+)?$")
+_DIST_RE = re.compile(r"^vllm-(\d+\.\d+\.\d+(?:\.post\d+)?)\.dist-info$")
+
+
+# ----------------------------------------------------------------------------- discovery
+@dataclass(frozen=True)
+class ReleaseVenv:
+    """One installed release: its vLLM version and its venv."""
+
+    version: str
+    path: Path
+
+    @property
+    def python(self) -> Path:
+        return self.path / "bin" / "python"
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """Sort key of ``X.Y.Z[.postN]``."""
+    return tuple(int(p) for p in re.findall(r"\d+", version))
+
+
+def venv_vllm_version(path: Path) -> str | None:
+    """The vLLM version installed in venv ``path`` (from its ``vllm-X.Y.Z.dist-info``), or None."""
+    if not (path / "bin" / "python").exists():
+        return None
+    for site in sorted(path.glob("lib/python3*/site-packages")):
+        for d in site.glob("vllm-*.dist-info"):
+            m = _DIST_RE.match(d.name)
+            if m:
+                return m.group(1)
+    return None
+
+
+def default_sources(repo_root: Path) -> list[Path]:
+    """``$KVVERIFY_RELEASE_VENVS`` (os.pathsep-separated), else the install script's default
+    venvs in the checkout (``.venv-vllm``, ``.venv-vllm-X.Y.Z``) and ``../venvs/vllm-X.Y.Z``."""
+    env = os.environ.get(ENV_VENVS, "")
+    if env.strip():
+        return [Path(p) for p in env.split(os.pathsep) if p.strip()]
+    return [repo_root, repo_root.parent / "venvs"]
+
+
+def discover(sources: Iterable[Path]) -> list[ReleaseVenv]:
+    """Release venvs in ``sources``: each is a venv, or a directory holding ``vllm-*`` /
+    ``.venv-vllm*`` venvs. Only venvs the install script finished (its lock stamp) count;
+    one venv per version (the first found), sorted by version."""
+    found: dict[str, ReleaseVenv] = {}
+    seen: set[Path] = set()
+    for src in sources:
+        src = Path(src)
+        candidates = [src] if (src / "bin" / "python").exists() else sorted(
+            p for p in (src.iterdir() if src.is_dir() else [])
+            if p.is_dir() and (p.name.startswith("vllm-") or p.name.startswith(".venv-vllm")))
+        for cand in candidates:
+            real = cand.resolve()
+            if real in seen:
+                continue
+            seen.add(real)
+            version = venv_vllm_version(cand)
+            if version is None or not all((cand / s).exists() for s in STAMPS):  # not (yet) installed
+                continue
+            if version not in found:
+                found[version] = ReleaseVenv(version, cand)
+    return sorted(found.values(), key=lambda r: version_key(r.version))
+
+
+# ------------------------------------------------------------------------- JUnit parsing
+@dataclass(frozen=True)
+class Outcome:
+    """One test case of a run: ``status`` is passed / failed / error / xfailed / skipped."""
+
+    nodeid: str
+    status: str
+    message: str = ""
+    detail: str = ""
+    seconds: float = 0.0
+    reports: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.nodeid.rpartition("::")[2]
+
+
+def _nodeid(case: ET.Element) -> str:
+    """``path::[Class::]name`` from the classname (``properties.test_x[.TestClass]``); xunit1's
+    ``file`` attribute names where the function was *defined* (a property body imported from
+    kvverify/props/ into a suite file), so it is only the fallback."""
+    classname, name = case.get("classname", ""), case.get("name", "")
+    parts = [p for p in classname.split(".") if p]
+    if not parts:
+        return "::".join([case.get("file") or "?", name])
+    idx = next((i for i, p in enumerate(parts) if p.startswith("test_")), len(parts) - 1)
+    return "::".join(["/".join(parts[:idx + 1]) + ".py", *parts[idx + 1:], name])
+
+
+def parse_junit(path: Path | str) -> list[Outcome]:
+    """The test cases of a pytest ``--junitxml`` file (xunit1 or xunit2)."""
+    root = ET.parse(path).getroot()
+    out = []
+    for case in root.iter("testcase"):
+        status, message, detail = "passed", "", ""
+        for child in case:
+            tag = child.tag
+            if tag in ("failure", "error"):
+                status = "failed" if tag == "failure" else "error"
+                message, detail = child.get("message", ""), child.text or ""
+                if message.startswith("[XPASS(strict)]"):
+                    status = "failed"
+                break
+            if tag == "skipped":
+                kind = child.get("type", "")
+                status = "xfailed" if kind == "pytest.xfail" else "skipped"
+                message, detail = child.get("message", ""), child.text or ""
+                break
+        reports = tuple(p.get("value", "") for p in case.iter("property") if p.get("name") == "kvverify_report")
+        out.append(Outcome(_nodeid(case), status, message, detail, float(case.get("time") or 0.0), reports))
+    return out
+
+
+_VIOLATION_RE = re.compile(r"^(?:E\s+)?(?:\w+Error: )?\s*(\[[\w.\-]+\] .+)$")
+
+
+def defect_line(o: Outcome) -> str:
+    """The first ``[name] reason`` violation line of a failure, else its first message line."""
+    for line in o.detail.splitlines():
+        m = _VIOLATION_RE.match(line.strip())
+        if m:
+            return m.group(1).strip()
+    return (o.message or o.detail).strip().splitlines()[0][:300] if (o.message or o.detail).strip() else ""
+
+
+def counterexample_line(o: Outcome, limit: int = 400) -> str:
+    """Hypothesis's ``Falsifying example: ...`` / ``Failing test case: ...`` block, on one line
+    (truncated to ``limit``), when the failure text carries it."""
+    lines = [re.sub(r"^E\s{1,3}", "", ln) for ln in o.detail.splitlines()]
+    for i, ln in enumerate(lines):
+        m = re.search(r"(Falsifying (?:explicit )?example|Failing test case):", ln)
+        if m:
+            body = [ln[m.start():]]
+            for nxt in lines[i + 1:]:
+                body.append(nxt.strip())
+                if nxt.strip() == ")":
+                    break
+            text = re.sub(r"\s+", " ", " ".join(body)).replace("( ", "(").replace(" )", ")")
+            return text if len(text) <= limit else text[:limit - 1] + "…"
+    return ""
+
+
+def report_example_line(report: Mapping[str, Any], limit: int = 400) -> str:
+    """The report's shrunk example on one line: the zoo table's summary (``B= L= M=; source=
+    N= need=; layers=``) when the example decodes, else Hypothesis's failing-case note."""
+    try:
+        from kvverify.reports.serialize import decode
+        from kvverify.zoo import describe_example
+        text = describe_example({k: decode(v) for k, v in (report.get("example") or {}).items()})
+    except Exception:  # noqa: BLE001 - fall back to the recorded note
+        text = ""
+    if not text:
+        notes = (report.get("run") or {}).get("hypothesis_notes") or []
+        text = re.sub(r"\s+", " ", str(notes[0])) if notes else ""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def attributed_in_test(o: Outcome) -> list[str]:
+    """Flaws an ``--attribute-flaws`` note names in the failure (``explained by zoo flaw A | B``)."""
+    for line in o.detail.splitlines():
+        m = re.search(r"explained by zoo flaw (.+)$", line)
+        if m:
+            return [n.strip() for n in m.group(1).split("|") if n.strip()]
+    return []
+
+
+# ----------------------------------------------------------------------------- running
+@dataclass
+class Defect:
+    """One failing (test, example) of a release, attributed."""
+
+    test: str
+    violation: str
+    counterexample: str
+    report: str | None
+    flaws: list[str]
+    reference_reproduces: bool = False
+    replay_on_release: int | None = None  # exit status of `kvverify replay` on the release (1 = reproduced)
+    found_in_pass: int = 1
+    #: ``--replay-forward``: the later installed releases the report was replayed on, with the
+    #: exit status (1 still fails, 0 passes: the first 0 is where upstream fixed it)
+    forward: dict[str, int | None] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        if self.flaws:
+            return " | ".join(self.flaws)
+        if self.reference_reproduces:
+            return "reference fails too"
+        # a defect comes with a counterexample report; a failure without one (a health check,
+        # an expectation about a finding, a crash outside a property) is the suite's or the
+        # adapter's problem until shown otherwise
+        return "unexplained" if self.report else "no counterexample (suite / adapter)"
+
+
+@dataclass
+class ReleaseResult:
+    """Everything ``docs/releases.md`` says about one release."""
+
+    version: str
+    venv: str
+    run_seconds: float = 0.0
+    install_seconds: float | None = None
+    venv_bytes: int | None = None
+    returncode: int | None = None
+    passes: int = 0
+    outcomes: list[dict[str, Any]] = field(default_factory=list)  # pass 1, asdict(Outcome)
+    defects: list[dict[str, Any]] = field(default_factory=list)
+    when: str = ""
+    note: str = ""
+
+
+def pytest_command(python: Path | str, *, junit: Path, reports_dir: Path, workers: int, profile: str,
+                   only: Sequence[str] = (), absorb: Sequence[str] = ()) -> list[str]:
+    """The per-release pytest command line (``only``: node ids to re-run instead of properties/)."""
+    cmd = [str(python), "-m", "pytest", *(only or ["properties/"]), "--target", "vllm",
+           "--hypothesis-profile", profile, "-q", "-p", "no:cacheprovider", "-rsx",
+           "-o", "junit_family=xunit1", f"--junitxml={junit}", "--kvverify-reports-dir", str(reports_dir)]
+    cmd += ["-n", str(workers)] if workers > 0 else ["-p", "no:xdist"]
+    cmd += [f"--ignore={p}" for p in IGNORED]
+    cmd += ["--attribute-flaws"]
+    if absorb:
+        cmd += ["--absorb-flaws", ",".join(absorb)]
+    return cmd
+
+
+def release_env(reports_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(VLLM_TARGET_DEVICE="cpu", HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1",
+               KVVERIFY_REPORTS_DIR=str(reports_dir))
+    return env
+
+
+def _install_info(venv: Path) -> tuple[float | None, int | None]:
+    info = venv / ".kvverify-install.json"
+    seconds = None
+    if info.exists():
+        try:
+            seconds = float(json.loads(info.read_text()).get("install_seconds"))
+        except (ValueError, TypeError, OSError):
+            seconds = None
+    total = 0
+    for dirpath, _dirs, files in os.walk(venv):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except OSError:
+                pass
+    return seconds, total
+
+
+def reports_by_nodeid(directory: Path, repo_root: Path) -> dict[str, list[str]]:
+    """The counterexample reports in ``directory`` (not below it), by the node id that wrote them
+    (``run.nodeid``; JUnit under xdist does not carry the tests' user properties)."""
+    found: dict[str, list[str]] = {}
+    for p in sorted(directory.glob("*.json")):
+        try:
+            data = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("kvverify.report"):
+            continue
+        nodeid = (data.get("run") or {}).get("nodeid")
+        if nodeid:
+            shown = os.path.relpath(p, repo_root) if p.resolve().is_relative_to(repo_root.resolve()) else str(p)
+            found.setdefault(nodeid, []).append(shown)
+    return found
+
+
+def _attribute(outcomes: Sequence[Outcome], repo_root: Path, pass_no: int,
+               report_dir: Path | None = None) -> list[Defect]:
+    from kvverify import reports
+    from kvverify.props.attribution import explain_report
+
+    by_node = reports_by_nodeid(report_dir, repo_root) if report_dir is not None else {}
+    defects = []
+    for o in outcomes:
+        if o.status != "failed":
+            continue
+        paths = [p for p in o.reports if p.endswith(".json")] or by_node.get(o.nodeid, [])
+        report_paths: list[str | None] = list(paths) or [None]
+        for rp in report_paths:
+            flaws, ref, example = attributed_in_test(o), False, counterexample_line(o)
+            if rp is not None:
+                path = Path(rp) if Path(rp).is_absolute() else repo_root / rp
+                try:
+                    report = reports.load_report(path)
+                    example = report_example_line(report) or example
+                    explained = explain_report(report)
+                    flaws = explained["flaws"] or flaws
+                    ref = bool(explained["reference_reproduces"])
+                except Exception as e:  # noqa: BLE001 - an unreadable report is said, not fatal
+                    print(f"  could not attribute {rp}: {type(e).__name__}: {e}", file=sys.stderr)
+            defects.append(Defect(o.nodeid, defect_line(o), example, rp, flaws, ref, found_in_pass=pass_no))
+    return defects
+
+
+def _replay_on(venv: Path, report: str, repo_root: Path, timeout: float) -> int | None:
+    exe = venv / "bin" / "kvverify"
+    if not exe.exists():
+        return None
+    try:
+        return subprocess.run([str(exe), "replay", report], cwd=repo_root, env=release_env(Path(report).parent),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout).returncode
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def run_release(rv: ReleaseVenv, repo_root: Path, out_root: Path, *, workers: int, profile: str,
+                timeout: float, max_passes: int, replay_check: bool) -> ReleaseResult:
+    """Run the suite on one release (pass 1 + attribution passes) and attribute its failures."""
+    rel_dir = out_root / rv.version
+    if rel_dir.exists():
+        shutil.rmtree(rel_dir)
+    rel_dir.mkdir(parents=True)
+    result = ReleaseResult(rv.version, str(rv.path), when=datetime.datetime.now(datetime.timezone.utc)
+                           .strftime("%Y-%m-%d %H:%M UTC"))
+    result.install_seconds, result.venv_bytes = _install_info(rv.path)
+    absorb: list[str] = []
+    only: list[str] = []
+    t0 = time.monotonic()
+    for pass_no in range(1, max_passes + 1):
+        pdir = rel_dir if pass_no == 1 else rel_dir / f"pass{pass_no}"
+        pdir.mkdir(parents=True, exist_ok=True)
+        junit = pdir / "junit.xml"
+        cmd = pytest_command(rv.python, junit=junit, reports_dir=pdir, workers=workers, profile=profile,
+                             only=only, absorb=absorb)
+        print(f"[{rv.version}] pass {pass_no}: {' '.join(cmd[1:4])} ... "
+              + (f"(absorbing {', '.join(absorb)})" if absorb else ""), file=sys.stderr, flush=True)
+        with open(pdir / "pytest.log", "w") as log:
+            try:
+                rc = subprocess.run(cmd, cwd=repo_root, env=release_env(pdir), stdout=log, stderr=subprocess.STDOUT,
+                                    timeout=timeout).returncode
+            except subprocess.TimeoutExpired:
+                rc = 124
+        if pass_no == 1:
+            result.returncode = rc
+        result.passes = pass_no
+        if not junit.exists():
+            result.note = f"pass {pass_no}: pytest exited {rc} without a JUnit file (see {pdir / 'pytest.log'})"
+            break
+        outcomes = parse_junit(junit)
+        if pass_no == 1:
+            result.outcomes = [asdict(o) for o in outcomes]
+        fresh = _add_defects(result, _attribute(outcomes, repo_root, pass_no, pdir))
+        new_flaws = sorted({f for d in fresh for f in d.flaws} - set(absorb))
+        failing = sorted({o.nodeid for o in outcomes if o.status == "failed"})
+        if not new_flaws or not failing:
+            break
+        absorb = sorted(set(absorb) | set(new_flaws))
+        only = failing
+    result.run_seconds = round(time.monotonic() - t0, 1)
+    if replay_check:
+        _replay_check(result, rv, repo_root)
+    (rel_dir / "result.json").write_text(json.dumps(asdict(result), indent=1))
+    return result
+
+
+def _add_defects(result: ReleaseResult, new: Sequence[Defect]) -> list[Defect]:
+    """Append the defects not yet recorded (same test, flaws and violation); returns those."""
+    known_keys = {(d["test"], tuple(d["flaws"]), d["violation"]) for d in result.defects}
+    fresh = [d for d in new if (d.test, tuple(d.flaws), d.violation) not in known_keys]
+    result.defects.extend(asdict(d) for d in fresh)
+    return fresh
+
+
+def _replay_check(result: ReleaseResult, rv: ReleaseVenv, repo_root: Path) -> None:
+    for d in result.defects:
+        if d["report"]:
+            d["replay_on_release"] = _replay_on(rv.path, d["report"], repo_root, timeout=600)
+
+
+def reattribute(rv: ReleaseVenv, repo_root: Path, out_root: Path, *, replay_check: bool) -> ReleaseResult | None:
+    """Attribute a stored run again (its JUnit files and reports, every pass), without re-running
+    the suite: after the zoo or the attribution changed."""
+    rel_dir = out_root / rv.version
+    try:
+        result = ReleaseResult(**json.loads((rel_dir / "result.json").read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    earlier = {d.get("report"): (d.get("replay_on_release"), d.get("forward") or {}) for d in result.defects}
+    result.defects = []
+    pdirs = [rel_dir] + sorted((p for p in rel_dir.glob("pass*") if p.is_dir()), key=lambda p: version_key(p.name))
+    for pdir in pdirs:
+        if not (pdir / "junit.xml").exists():
+            continue
+        pass_no = 1 if pdir == rel_dir else int(pdir.name.removeprefix("pass"))
+        outcomes = parse_junit(pdir / "junit.xml")
+        if pass_no == 1:
+            result.outcomes = [asdict(o) for o in outcomes]
+        _add_defects(result, _attribute(outcomes, repo_root, pass_no, pdir))
+    if replay_check:
+        _replay_check(result, rv, repo_root)
+    else:  # keep what the earlier replays of the same reports said
+        for d in result.defects:
+            d["replay_on_release"], d["forward"] = earlier.get(d["report"], (None, {}))
+    (rel_dir / "result.json").write_text(json.dumps(asdict(result), indent=1))
+    return result
+
+
+def replay_forward(results: Sequence[ReleaseResult], venvs: Sequence[ReleaseVenv], repo_root: Path,
+                   out_root: Path, timeout: float = 600) -> None:
+    """Replay each defect's report on the later installed releases, oldest first, until it
+    passes (exit 0: the first release that fixed it); stores the statuses in the results."""
+    by_version = {rv.version: rv for rv in venvs}
+    for r in results:
+        later = [rv for v, rv in sorted(by_version.items(), key=lambda kv: version_key(kv[0]))
+                 if version_key(v) > version_key(r.version)]
+        for d in r.defects:
+            if not d.get("report"):
+                continue
+            d["forward"] = {}
+            for rv in later:
+                rc = _replay_on(rv.path, d["report"], repo_root, timeout)
+                d["forward"][rv.version] = rc
+                if rc == 0:
+                    break
+        (out_root / r.version / "result.json").write_text(json.dumps(asdict(r), indent=1))
+
+
+def load_results(out_root: Path) -> list[ReleaseResult]:
+    """Every stored ``reports/releases/X.Y.Z/result.json``, by version."""
+    results = []
+    for p in sorted(out_root.glob("*/result.json")):
+        try:
+            results.append(ReleaseResult(**json.loads(p.read_text())))
+        except (OSError, ValueError, TypeError):
+            continue
+    return sorted(results, key=lambda r: version_key(r.version))
+
+
+# ---------------------------------------------------------------------------- rendering
+_CELL = {"passed": "pass", "failed": "**FAILS**", "error": "ERROR", "xfailed": "known finding", "skipped": "skip"}
+
+
+def _mins(seconds: float | None) -> str:
+    if seconds is None:
+        return "n/a"
+    return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def _gb(n: int | None) -> str:
+    return "n/a" if n is None else f"{n / 2**30:.1f} GiB"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _link(report: str | None, doc_dir: Path, repo_root: Path) -> str:
+    if not report:
+        return "(no report)"
+    p = Path(report)
+    p = p if p.is_absolute() else repo_root / p
+    md = p.with_suffix(".md")
+    try:
+        rel = os.path.relpath(md, doc_dir)
+    except ValueError:
+        rel = str(md)
+    return f"[{md.name}]({rel})"
+
+
+def resolved_labels(defects: Sequence[Defect]) -> list[str]:
+    """Each defect's name within its release. A failure more than one zoo flaw reproduces (say
+    ``null_block_not_reserved | override_ignored_in_check`` on a one-block override pool) is
+    named by the one flaw among them that some other failure of the same release needs alone;
+    otherwise it keeps every candidate."""
+    sole = {d.flaws[0] for d in defects if len(d.flaws) == 1}
+    out = []
+    for d in defects:
+        picked = [f for f in d.flaws if f in sole]
+        out.append(picked[0] if len(d.flaws) > 1 and len(picked) == 1 else d.label)
+    return out
+
+
+def _forward(forward: Mapping[str, int | None]) -> str:
+    if not forward:
+        return "not run"
+    parts = [f"{v}: {'fails' if rc == 1 else 'passes' if rc == 0 else 'n/a'}" for v, rc in forward.items()]
+    fixed = next((v for v, rc in forward.items() if rc == 0), None)
+    return ", ".join(parts) + (f" (**first passes on {fixed}** of the installed releases)" if fixed else "")
+
+
+def render(results: Sequence[ReleaseResult], *, repo_root: Path, doc_path: Path, command: str = "kvverify releases",
+           not_run: Sequence[str] = ()) -> str:
+    """``docs/releases.md`` from the per-release results."""
+    doc_dir = doc_path.parent
+    L = ["# The suite against real vLLM releases", "",
+         f"Generated by `{command}` (kvverify/cli/releases.py); do not edit by hand. Each release runs",
+         "`python -m pytest properties/ --target vllm -n 2 --hypothesis-profile=ci` in its own CPU-only venv",
+         "(`scripts/install-vllm-target.sh --version X.Y.Z`, lock `constraints/vllm-X.Y.Z.txt`), with the same",
+         "`--ignore` list as `.ci/run`'s vllm step. A failure's defect is named by replaying its report on the",
+         "reference with each bug-zoo flaw switched on (`kvverify/props/attribution.py`); later passes re-run",
+         "the failing tests with the identified flaws absorbed, so one defect does not hide the next.",
+         "Report links point into `reports/releases/X.Y.Z/` (generated, not committed): rerun to get them.", ""]
+    if not_run:
+        L += [f"Installed but not run yet: {', '.join(not_run)}.", ""]
+    if not results:
+        L += ["No release has been run yet.", ""]
+        return "\n".join(L)
+    # summary per release
+    L += ["## Releases", "",
+          "| release | install | venv | suite run | passes | pass | FAILS | error | known finding | skip | defects (zoo flaw) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        counts = {k: 0 for k in _CELL}
+        for o in r.outcomes:
+            counts[o["status"]] = counts.get(o["status"], 0) + 1
+        labels = sorted(set(resolved_labels([Defect(**d) for d in r.defects])))
+        L.append(f"| {r.version} | {_mins(r.install_seconds)} | {_gb(r.venv_bytes)} | {_mins(r.run_seconds)} | "
+                 f"{r.passes} | {counts['passed']} | {counts['failed']} | {counts['error']} | {counts['xfailed']} | "
+                 f"{counts['skipped']} | {_md(', '.join(labels)) or '—'} |")
+    L.append("")
+    # release x defect
+    named = {r.version: list(zip(resolved_labels([Defect(**d) for d in r.defects]), [Defect(**d) for d in r.defects]))
+             for r in results}
+    labels = sorted({lab for pairs in named.values() for lab, _ in pairs})
+    if labels:
+        L += ["## Release x defect", "", "A cell lists the properties that failed with that defect "
+              "(explained = the reference with that zoo flaw fails the same way on the release's example).", "",
+              "| defect | " + " | ".join(r.version for r in results) + " |",
+              "|---|" + "---|" * len(results)]
+        for lab in labels:
+            cells = []
+            for r in results:
+                tests = sorted({d.test.rpartition("::")[2] for name, d in named[r.version] if name == lab})
+                cells.append(_md(", ".join(tests)) if tests else "·")
+            L.append(f"| {_md(lab)} | " + " | ".join(cells) + " |")
+        L.append("")
+    # release x property
+    nodeids = sorted({o["nodeid"] for r in results for o in r.outcomes})
+    L += ["## Release x property", "", "pass / **FAILS** / known finding (strict xfail) / skip / ERROR "
+          "(a test that could not run: an adapter problem, never counted as a defect).", "",
+          "| property | " + " | ".join(r.version for r in results) + " |", "|---|" + "---|" * len(results)]
+    for nid in nodeids:
+        cells = []
+        for r in results:
+            st = next((o["status"] for o in r.outcomes if o["nodeid"] == nid), None)
+            cells.append(_CELL.get(st, "—") if st else "—")
+        L.append(f"| `{_md(nid.replace('properties/', ''))}` | " + " | ".join(cells) + " |")
+    L.append("")
+    # details per release
+    L += ["## Per release", ""]
+    for r in results:
+        L += [f"### vLLM {r.version}", "",
+              f"Run {r.when}; venv `{r.venv}`; pytest exit {r.returncode}; {r.passes} pass(es); "
+              f"suite {_mins(r.run_seconds)}." + (f" Note: {_md(r.note)}" if r.note else ""), ""]
+        if r.defects:
+            L += ["| property | defect (zoo flaw) | violation | shrunk counterexample | report | replay on this release "
+                  "| replay on later releases |", "|---|---|---|---|---|---|---|"]
+            for name, dd in named[r.version]:
+                rp = {1: "exit 1 (reproduced)", 0: "exit 0 (NOT reproduced)", None: "not run"}.get(
+                    dd.replay_on_release, f"exit {dd.replay_on_release}")
+                also = [f for f in dd.flaws if f != name]
+                shown = name + (f" (also reproduced by: {', '.join(also)})" if also and name in dd.flaws else "")
+                L.append(f"| `{_md(dd.test.split('::', 1)[-1])}` (pass {dd.found_in_pass}) | {_md(shown)} | "
+                         f"{_md(dd.violation)} | `{_md(dd.counterexample) or '—'}` | "
+                         f"{_link(dd.report, doc_dir, repo_root)} | {rp} | {_forward(dd.forward)} |")
+            L.append("")
+        errors = [o for o in r.outcomes if o["status"] == "error"]
+        for o in errors:
+            L.append(f"- ERROR `{o['nodeid']}`: {_md(o['message'][:200])}")
+        skips: dict[str, int] = {}
+        for o in r.outcomes:
+            if o["status"] == "skipped":
+                reason = re.sub(r"^Skipped: ", "", o["message"] or "no reason").strip()
+                skips[reason] = skips.get(reason, 0) + 1
+        if skips:
+            L.append(f"Skipped ({sum(skips.values())}):")
+            L.append("")
+            for reason, n in sorted(skips.items(), key=lambda kv: -kv[1]):
+                L.append(f"- {n} x {_md(reason[:300])}")
+            L.append("")
+    return "\n".join(L)
+
+
+def results_json(results: Sequence[ReleaseResult]) -> dict[str, Any]:
+    return {"releases": [asdict(r) for r in results]}
+
+
+# --------------------------------------------------------------------------------- CLI
+def add_releases_parser(sub: Any) -> None:
+    """Register ``releases`` on the ``kvverify`` subparsers."""
+    r = sub.add_parser("releases", formatter_class=Formatter,
+                       help="run the suite against every installed vLLM release -> docs/releases.md",
+                       description=__doc__)
+    r.add_argument("--venvs", action="append", default=[], metavar="DIR",
+                   help=f"a release venv, or a directory of vllm-X.Y.Z venvs (repeatable; default ${ENV_VENVS}, "
+                        "os.pathsep-separated, else .venv-vllm* in the checkout and ../venvs/vllm-*)")
+    r.add_argument("--release", action="append", default=[], metavar="X.Y.Z",
+                   help="only these releases (repeatable); others keep their stored results")
+    r.add_argument("--output", default=None, metavar="PATH", help="the Markdown page (default docs/releases.md)")
+    r.add_argument("--reports-root", default=None, metavar="DIR",
+                   help="per-release reports, JUnit and results (default reports/releases)")
+    r.add_argument("--workers", type=int, default=2, help="pytest-xdist workers per run (0: no xdist)")
+    r.add_argument("--profile", default="ci", help="Hypothesis profile (default ci)")
+    r.add_argument("--timeout", type=float, default=1800.0, help="seconds per pytest pass")
+    r.add_argument("--max-passes", type=int, default=3,
+                   help="attribution passes per release (1: no re-run with identified defects absorbed)")
+    r.add_argument("--no-replay-check", action="store_true",
+                   help="do not replay each failure's report on its release's venv")
+    r.add_argument("--replay-forward", action="store_true",
+                   help="replay each failure's report on the later installed releases until one passes "
+                        "(the first release that fixed it)")
+    r.add_argument("--render-only", action="store_true", help="only re-render from stored results")
+    r.add_argument("--reattribute", action="store_true",
+                   help="attribute the stored runs again (JUnit + reports), without re-running the suite")
+    r.add_argument("--list", action="store_true", help="list the discovered release venvs and exit")
+    r.add_argument("--json", action="store_true", help="print the results as JSON")
+    r.set_defaults(func=cmd_releases)
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def cmd_releases(args: argparse.Namespace) -> int:
+    root = repo_root()
+    for v in args.release:
+        if not _VERSION_RE.match(v):
+            raise ConfigError("release", v, "a vLLM version X.Y.Z")
+    if args.max_passes < 1:
+        raise ConfigError("max_passes", args.max_passes, "an integer >= 1")
+    out_root = Path(args.reports_root) if args.reports_root else root / "reports" / "releases"
+    doc = Path(args.output) if args.output else root / "docs" / "releases.md"
+    sources = [Path(p) for p in args.venvs] or default_sources(root)
+    venvs = discover(sources)
+    if args.list:
+        for rv in venvs:
+            print(f"{rv.version}\t{rv.path}")
+        return 0
+    if not args.render_only:
+        chosen = [rv for rv in venvs if not args.release or rv.version in args.release]
+        missing = sorted(set(args.release) - {rv.version for rv in venvs}, key=version_key)
+        if missing:
+            raise ConfigError("release", ", ".join(missing),
+                              f"no venv found (found: {', '.join(rv.version for rv in venvs) or 'none'}; "
+                              f"install with scripts/install-vllm-target.sh --version X.Y.Z)")
+        if not chosen:
+            raise ConfigError("venvs", ", ".join(str(s) for s in sources),
+                              "no vLLM release venv found there (scripts/install-vllm-target.sh --version X.Y.Z DIR)")
+        for rv in chosen:
+            if args.reattribute:
+                reattribute(rv, root, out_root, replay_check=not args.no_replay_check)
+                continue
+            run_release(rv, root, out_root, workers=args.workers, profile=args.profile, timeout=args.timeout,
+                        max_passes=args.max_passes, replay_check=not args.no_replay_check)
+    results = load_results(out_root)
+    if args.replay_forward:
+        chosen_versions = set(args.release) or {r.version for r in results}
+        replay_forward([r for r in results if r.version in chosen_versions], venvs, root, out_root)
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    tmp = doc.with_name(doc.name + ".tmp")
+    ran = {r.version for r in results}
+    tmp.write_text(render(results, repo_root=root, doc_path=doc,
+                          not_run=[rv.version for rv in venvs if rv.version not in ran]) + "\n")
+    os.replace(tmp, doc)
+    if args.json:
+        print(json.dumps(results_json(results), indent=1))
+    else:
+        print(f"wrote {doc} ({len(results)} release(s))")
+    return 1 if any(d for r in results for d in r.defects) else 0

@@ -1,0 +1,86 @@
+"""Encoder-decoder (cross-attention) layouts: startup and completion (issue 17, item 4).
+
+Whisper-like models: decoder self-attention layers next to cross-attention layers whose
+blocks hold the encoder states (``cdiv(max_num_encoder_input_tokens, B)`` per request,
+allocated once, never prefix-cached). With prefix caching on, upstream's
+``CrossAttentionManager`` raises on the first prefix lookup (finding F8): the property with
+caching on is a strict known failure, and passes under the fix
+``encoder_decoder_prefix_caching_refused``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import Phase, assume, event, note, settings
+from hypothesis import strategies as st
+
+from kvverify.errors import KVVerifyError
+from kvverify.hypothesis_hooks import given
+from kvverify.invariants.admission import check_workload_completes
+from kvverify.invariants.base import Violation, assert_no_violations
+from kvverify.props.recorder import recorded
+from kvverify.reference.config import VllmConfig
+from kvverify.reference.grouping import get_global_kv_cache_groups
+from kvverify.reference.planner import blocks_per_request
+from kvverify.reference.specs import CrossAttentionSpec, FullAttentionSpec, KVCacheSpec
+from kvverify.strategies import BLOCK_SIZES, StartupCase, boundary_int, lengths, workloads
+
+
+@st.composite
+def encoder_decoder_cases(draw, *, prefix_caching: bool | None = False, max_len: int = 256) -> StartupCase:
+    """1-3 decoder self-attention layers and as many cross-attention layers (same heads x dims),
+    ``max_num_encoder_input_tokens`` in 1..512, an override at the startup boundary (+-2)."""
+    block_size = draw(st.sampled_from(BLOCK_SIZES))
+    length = draw(lengths(block_size, low=2, high=max_len))
+    n = draw(st.integers(1, 3))
+    common = dict(block_size=block_size, num_kv_heads=draw(st.sampled_from((1, 2))),
+                  head_size=draw(st.sampled_from((8, 4))), dtype=draw(st.sampled_from(("bfloat16", "fp8"))))
+    specs: dict[str, KVCacheSpec] = {**{f"decoder.layers.{i}.self_attn": FullAttentionSpec(**common) for i in range(n)},
+             **{f"decoder.layers.{i}.encoder_attn": CrossAttentionSpec(**common) for i in range(n)}}
+    encoder = draw(st.one_of(st.sampled_from((1500, 448)), st.integers(1, 512)))
+    caching = draw(st.booleans()) if prefix_caching is None else prefix_caching
+    base = VllmConfig(block_size=block_size, max_model_len=length, max_num_encoder_input_tokens=encoder,
+                      enable_prefix_caching=caching, max_num_batched_tokens=draw(st.sampled_from((2048, 64, 16))),
+                      num_gpu_blocks_override=1)
+    needed = blocks_per_request(get_global_kv_cache_groups(base, [specs]), base)
+    target = draw(boundary_int(needed + 1, low=1, high=3 * needed + 8))
+    return StartupCase(replace(base, num_gpu_blocks_override=target), (specs,), "override", None, target, needed)
+
+
+def _completes(target, case: StartupCase, data) -> None:
+    try:
+        plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
+    except KVVerifyError:
+        return  # refused at startup: nothing is promised
+    assume(plan.starts and plan.vllm_config.max_model_len >= 2)
+    encoder = case.vllm_config.encoder_tokens
+    work = data.draw(workloads(plan.vllm_config.max_model_len, max_requests=3, max_outputs=16), label="workload")
+    work = [replace(w, num_encoder_tokens=data.draw(st.integers(1, encoder), label="encoder_tokens"))
+            for w in work]
+    note(f"num_blocks={plan.num_blocks} needed={plan.blocks_needed_per_request} per-group={plan.blocks_per_group}")
+    event(f"caching={case.vllm_config.enable_prefix_caching}")
+    try:
+        violations = check_workload_completes(target, plan, work)
+    except (KVVerifyError, NotImplementedError, ValueError) as e:
+        if isinstance(e, KVVerifyError) and "enable_prefix_caching" in str(e):
+            return  # the F8 fix: refused when the engine is built
+        violations = [Violation("encoder_decoder.raised", "a started encoder-decoder engine raised on a request",
+                                {"error": f"{type(e).__name__}: {e}"[:200], "num_blocks": plan.num_blocks})]
+    assert_no_violations(violations)
+
+
+@given(case=encoder_decoder_cases(prefix_caching=False), data=st.data())
+@recorded
+def test_encoder_decoder_workload_completes(target, case: StartupCase, data) -> None:
+    """A started encoder-decoder engine (cross-attention holding the encoder states) serves an
+    admitted workload: every request finishes, no stall, no raise."""
+    _completes(target, case, data)
+
+
+@settings(phases=(Phase.explicit, Phase.reuse, Phase.generate))  # a strict known failure: no need to shrink
+@given(case=encoder_decoder_cases(prefix_caching=True), data=st.data())
+@recorded
+def test_encoder_decoder_with_prefix_caching_completes(target, case: StartupCase, data) -> None:
+    """The same with an explicit ``enable_prefix_caching``: fails on upstream's behaviour (F8)."""
+    _completes(target, case, data)

@@ -1,0 +1,225 @@
+"""Does a target honour the :class:`~kvverify.targets.base.Target` contract?
+
+In the spirit of Hypothesis's ``run_conformance_test`` for alternative backends: not just
+``hasattr`` — :func:`check_target` calls every method of every capability the target lists
+with small valid inputs and checks what comes back (types, shapes, the few facts every
+faithful engine shares: a roomy pool starts, block 0 is the null block, a one-block request
+is admitted and completes). It returns the problems found, one line each; ``[]`` means the
+target conforms. ``tests/test_target_conformance.py`` runs it on the reference, the
+reference with each bug-zoo flaw on, fakes (a conforming one and broken ones, which it
+must reject) and the vLLM adapter when vLLM is importable.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from kvverify.reference.config import VllmConfig
+from kvverify.reference.driver import WorkloadResult
+from kvverify.reference.planner import KVCacheConfig, StartupPlan
+from kvverify.reference.specs import FullAttentionSpec, KVCacheSpec
+from kvverify.reference.workloads import full_length_request
+from kvverify.targets.base import Capability, capability_methods
+
+#: the probe model: two full-attention layers, B = 16, L = 64 (4 blocks per request and layer)
+BLOCK_SIZE = 16
+MAX_MODEL_LEN = 64
+NUM_BLOCKS = 32  # roomy: 31 usable blocks, 4 needed per request (one group)
+PROBE_MEMORY = 2 * NUM_BLOCKS * 2 * (BLOCK_SIZE * 2 * 128 * 2)  # 2 x N blocks of 2 fp16 layers
+_SCHEDULER_METHODS = ("add_request", "has_unfinished_requests", "get_request_counts", "step")
+_SCHEDULER_ATTRS = ("max_model_len", "max_num_scheduled_tokens", "kv_cache_manager", "running", "waiting",
+                    "finished", "num_preemptions")
+
+
+def probe_specs() -> dict[str, KVCacheSpec]:
+    """The probe model's layer specs (upstream ``FullAttentionSpec``, fp16, 2 KV heads of 64)."""
+    spec = FullAttentionSpec(block_size=BLOCK_SIZE, num_kv_heads=2, head_size=64, dtype="float16")
+    return {"layers.0.self_attn": spec, "layers.1.self_attn": spec}
+
+
+def probe_config(**overrides: Any) -> VllmConfig:
+    """The probe engine config: a pool of :data:`NUM_BLOCKS` blocks (the override) out of a
+    memory budget that holds twice as many (so the check passes whichever source it reads)."""
+    kw: dict[str, Any] = dict(block_size=BLOCK_SIZE, max_model_len=MAX_MODEL_LEN, max_num_batched_tokens=2048,
+                              num_gpu_blocks_override=NUM_BLOCKS, kv_cache_memory_bytes=PROBE_MEMORY)
+    kw.update(overrides)
+    return VllmConfig(**kw)
+
+
+def check_target(target: Any) -> list[str]:
+    """Every way ``target`` breaks the contract, one line each (``[]``: it conforms)."""
+    problems: list[str] = []
+    name = getattr(target, "name", None)
+    if not isinstance(name, str) or not name:
+        problems.append(f"name: expected a non-empty str, got {name!r}")
+    caps = getattr(target, "capabilities", None)
+    if not isinstance(caps, frozenset) or not all(isinstance(c, Capability) for c in caps):
+        problems.append(f"capabilities: expected a frozenset of Capability, got {caps!r}")
+        return problems
+    for cap in sorted(caps, key=lambda c: c.value):
+        for method in capability_methods(cap):
+            if not callable(getattr(target, method, None)):
+                problems.append(f"{cap.value}: {method}() missing")
+    if problems:
+        return problems
+
+    def call(label: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 - a raise on valid input is the finding
+            problems.append(f"{label}: raised {type(e).__name__}: {e}")
+            return None
+
+    config, specs = probe_config(), probe_specs()
+    plan = None
+    if Capability.PLANNER in caps or caps & {Capability.BLOCK_SIZES, Capability.RUNTIME, Capability.SCHEDULER}:
+        plan = call("plan", lambda: target.plan(config, [specs]))
+        if plan is not None and not _plan_ok(plan, problems):
+            plan = None
+    if plan is None:
+        return problems or ["plan: no plan to probe the other capabilities with"]
+
+    if Capability.PLANNER in caps:
+        _check_planner(target, plan, call, problems)
+    if Capability.BLOCK_SIZES in caps:
+        _check_block_sizes(target, plan, call, problems)
+    if Capability.RUNTIME in caps:
+        _check_runtime(target, plan, call, problems)
+    if Capability.SCHEDULER in caps:
+        _check_scheduler(target, plan, call, problems)
+    return problems
+
+
+def _plan_ok(plan: Any, problems: list[str]) -> bool:
+    if not isinstance(plan, StartupPlan):
+        problems.append(f"plan: expected a StartupPlan, got {type(plan).__name__}")
+        return False
+    ok = True
+    if not plan.starts or plan.error is not None:
+        problems.append(f"plan: a roomy pool ({NUM_BLOCKS} blocks, 4 needed) must start; error={plan.error!r}")
+        ok = False
+    if plan.num_blocks != NUM_BLOCKS or plan.usable_blocks != NUM_BLOCKS - 1:
+        problems.append(f"plan: num_blocks={plan.num_blocks} usable={plan.usable_blocks}, expected the override "
+                        f"{NUM_BLOCKS} and {NUM_BLOCKS - 1} usable (block 0 is the null block)")
+        ok = False
+    if not isinstance(plan.kv_cache_config, KVCacheConfig) or len(plan.groups) != 1:
+        problems.append(f"plan: expected one KVCacheConfig with one group, got {len(plan.groups)} groups")
+        ok = False
+    if plan.blocks_needed_per_request != MAX_MODEL_LEN // BLOCK_SIZE:
+        problems.append(f"plan: blocks_needed_per_request={plan.blocks_needed_per_request}, expected "
+                        f"{MAX_MODEL_LEN // BLOCK_SIZE}")
+    return ok
+
+
+def _check_planner(target: Any, plan: StartupPlan, call: Callable[[str, Callable[[], Any]], Any],
+                   problems: list[str]) -> None:
+    refused = call("plan (refusal)", lambda: target.plan(
+        probe_config(num_gpu_blocks_override=None, kv_cache_memory_bytes=2 * plan.bytes_per_block), [probe_specs()]))
+    if refused is not None and (not isinstance(refused, StartupPlan) or refused.starts
+                                or not isinstance(refused.error, str)):
+        problems.append("plan: a 2-block budget (4 needed) must be refused with an error message")
+    conc = call("max_concurrency", lambda: target.max_concurrency(plan))
+    if conc is not None and (not isinstance(conc, float) or not math.isfinite(conc) or conc < 1):
+        problems.append(f"max_concurrency: expected a finite float >= 1 for a roomy pool, got {conc!r}")
+    memory = NUM_BLOCKS * plan.bytes_per_block
+    est = call("estimate_max_model_len",
+               lambda: target.estimate_max_model_len(probe_config(num_gpu_blocks_override=None,
+                                                                  kv_cache_memory_bytes=memory), probe_specs(), memory))
+    if est is not None and (not isinstance(est, int) or isinstance(est, bool) or not 1 <= est <= MAX_MODEL_LEN):
+        problems.append(f"estimate_max_model_len: expected an int in [1, {MAX_MODEL_LEN}], got {est!r}")
+    ok = call("check_enough_kv_cache_memory",
+              lambda: target.check_enough_kv_cache_memory(probe_config(num_gpu_blocks_override=None,
+                                                                       kv_cache_memory_bytes=memory),
+                                                          probe_specs(), memory))
+    if ok is not None:
+        problems.append(f"check_enough_kv_cache_memory: a roomy budget must pass (None), got {ok!r}")
+    short = call("check_enough_kv_cache_memory (refusal)",
+                 lambda: target.check_enough_kv_cache_memory(probe_config(num_gpu_blocks_override=None,
+                                                                          kv_cache_memory_bytes=memory),
+                                                             probe_specs(), plan.bytes_per_block))
+    if not isinstance(short, str) or not short:
+        problems.append(f"check_enough_kv_cache_memory: a one-block budget must be refused with a message, "
+                        f"got {short!r}")
+
+
+def _check_block_sizes(target: Any, plan: StartupPlan, call: Callable[[str, Callable[[], Any]], Any],
+                       problems: list[str]) -> None:
+    sizes = call("resolve_block_sizes", lambda: target.resolve_block_sizes(plan.kv_cache_config, plan.vllm_config))
+    if sizes is None:
+        return
+    if (not isinstance(sizes, tuple) or len(sizes) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in sizes)):
+        problems.append(f"resolve_block_sizes: expected (scheduler_block_size, hash_block_size) positive ints, "
+                        f"got {sizes!r}")
+        return
+    if sizes[0] % BLOCK_SIZE or BLOCK_SIZE % sizes[1]:
+        problems.append(f"resolve_block_sizes: {sizes!r} for one group of block size {BLOCK_SIZE}")
+    accepted = call("coordinator_accepts",
+                    lambda: target.coordinator_accepts(plan.kv_cache_config, plan.vllm_config, *sizes))
+    if accepted is not None:
+        problems.append(f"coordinator_accepts: the resolved sizes must be accepted (None), got {accepted!r}")
+
+
+def _check_runtime(target: Any, plan: StartupPlan, call: Callable[[str, Callable[[], Any]], Any],
+                   problems: list[str]) -> None:
+    kvm = call("kv_cache_manager", lambda: target.kv_cache_manager(plan))
+    if kvm is not None:
+        missing = [a for a in ("block_pool", "coordinator", "get_num_free_blocks", "num_held_blocks")
+                   if not hasattr(kvm, a)]
+        if missing:
+            problems.append(f"kv_cache_manager: the manager lacks {missing}")
+        else:
+            free = call("kv_cache_manager.get_num_free_blocks", kvm.get_num_free_blocks)
+            if free != NUM_BLOCKS - 1:
+                problems.append(f"kv_cache_manager: an empty pool has {NUM_BLOCKS - 1} free blocks, got {free!r}")
+            held = call("kv_cache_manager.num_held_blocks", lambda: kvm.num_held_blocks("nobody"))
+            if held != 0:
+                problems.append(f"kv_cache_manager: an unknown request holds 0 blocks, got {held!r}")
+    got = call("admit_on_empty_pool", lambda: target.admit_on_empty_pool(plan, BLOCK_SIZE))
+    if got is None:
+        return
+    if (not isinstance(got, tuple) or len(got) != 2 or not isinstance(got[0], bool)
+            or not isinstance(got[1], dict)):
+        problems.append(f"admit_on_empty_pool: expected (bool, dict), got {got!r}")
+        return
+    admitted, info = got
+    if not admitted:
+        problems.append(f"admit_on_empty_pool: a one-block prompt on an empty roomy pool must be admitted ({info})")
+    if set(info) != {"gate_charged_blocks", "free_blocks"} or not all(isinstance(v, int) for v in info.values()):
+        problems.append(f"admit_on_empty_pool: expected int gate_charged_blocks and free_blocks, got {info!r}")
+
+
+def _check_scheduler(target: Any, plan: StartupPlan, call: Callable[[str, Callable[[], Any]], Any],
+                     problems: list[str]) -> None:
+    sched = call("scheduler", lambda: target.scheduler(plan))
+    if sched is not None:
+        missing = [m for m in _SCHEDULER_METHODS if not callable(getattr(sched, m, None))]
+        missing += [a for a in _SCHEDULER_ATTRS if not hasattr(sched, a)]
+        if missing:
+            problems.append(f"scheduler: lacks {missing}")
+        else:
+            counts = call("scheduler.get_request_counts", sched.get_request_counts)
+            if counts != (0, 0) or sched.has_unfinished_requests():
+                problems.append(f"scheduler: a fresh scheduler has no requests, got counts {counts!r}")
+            if sched.max_model_len != MAX_MODEL_LEN:
+                problems.append(f"scheduler: max_model_len={sched.max_model_len!r}, expected {MAX_MODEL_LEN}")
+    steps: list[int] = []
+    result = call("run_workload", lambda: target.run_workload(
+        plan, [full_length_request(MAX_MODEL_LEN, 2)], keep_trace=True, max_steps=500,
+        on_step=lambda s, step: steps.append(step)))
+    if result is None:
+        return
+    if not isinstance(result, WorkloadResult):
+        problems.append(f"run_workload: expected a WorkloadResult, got {type(result).__name__}")
+        return
+    if not result.completed or len(result.finished) != 1 or result.num_output_tokens != 2:
+        problems.append(f"run_workload: a full-length request on a roomy pool must complete with its 2 outputs "
+                        f"(completed={result.completed}, finished={result.finished}, "
+                        f"outputs={result.num_output_tokens}, stall={result.stall_reason}, error={result.error})")
+    if steps != list(range(1, result.steps + 1)) or len(result.trace) != result.steps:
+        problems.append(f"run_workload: on_step must see steps 1..{result.steps} and the trace one row each "
+                        f"(saw {steps[:5]}..., {len(result.trace)} rows)")
+    if result.free_blocks != NUM_BLOCKS - 1:
+        problems.append(f"run_workload: every block is freed after the request, got {result.free_blocks} free")

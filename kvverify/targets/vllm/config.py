@@ -1,0 +1,89 @@
+"""kvverify's flat :class:`~kvverify.reference.config.VllmConfig` -> a fresh upstream ``VllmConfig``."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from kvverify.reference.config import VllmConfig
+from kvverify.targets.upstream_knobs import cache_config_kwargs
+from kvverify.targets.vllm import compat
+from kvverify.targets.vllm.env import preserved_environ, upstream
+from kvverify.targets.vllm.refusals import unsupported
+
+#: keyword -> the value that means "as before the knob existed" (dropped on releases without it)
+CACHE_NEUTRAL = {"mamba_cache_mode": "none", "prefix_match_unit": None}
+SCHEDULER_NEUTRAL = {"watermark": 0.0, "is_encoder_decoder": False, "disable_hybrid_kv_cache_manager": False,
+                     "policy": "fcfs"}
+
+
+def _model_config_stand_in(max_model_len: int, original_max_model_len: int) -> SimpleNamespace:
+    """The attributes of ``ModelConfig`` the planner, managers and Scheduler read (0.19.1 … 0.33.0)."""
+    return SimpleNamespace(
+        max_model_len=max_model_len, original_max_model_len=original_max_model_len,
+        supports_kv_cache_grouping=False, uses_mrope=False, is_encoder_decoder=False,
+        runner_type="generate", is_diffusion=False, supports_multimodal_inputs=False,
+        multimodal_config=None, return_sampling_mask=False, skip_tokenizer_init=True,
+        is_multimodal_model=False, use_mla=False, is_hybrid=False, is_attention_free=False,
+        # read by releases before 0.33 (Scheduler / structured output / routed experts)
+        is_moe=False, enable_return_routed_experts=False, pooler_config=None, quantization=None,
+        attention_chunk_size=None, enable_prompt_embeds=False, logits_processors=None,
+        supports_replayssm=False)
+
+
+def runtime_len(config: VllmConfig) -> int:
+    return config.planning_max_model_len if config.auto_max_model_len else config.max_model_len
+
+
+def refuse_missing_knob(e: compat.KnobMissing, version: str) -> Any:
+    return unsupported(f"vLLM {version}: {e}")
+
+
+def upstream_config(config: VllmConfig, *, max_model_len: int | None = None) -> Any:
+    """A fresh upstream ``VllmConfig`` for kvverify's flat config (upstream mutates it).
+
+    ``max_model_len=-1`` becomes what ``ModelConfig`` makes of it: ``max_model_len`` =
+    the derived maximum (``max_position_embeddings``), ``original_max_model_len = -1``.
+    A knob the release lacks rejects the example unless it holds its neutral value.
+    """
+    up = upstream()
+    caps = up.compat
+    if config.kv_connector:
+        unsupported("kv_connector=True (needs a real KV transfer config)")
+    if config.max_concurrent_batches != 1:
+        unsupported("max_concurrent_batches != 1 (upstream derives it from pipeline parallelism / "
+                    "async scheduling, which the CPU platform turns off)")
+    if config.num_prefill_lookahead_tokens:
+        unsupported("num_prefill_lookahead_tokens (upstream derives it from a speculative config)")
+    auto = config.auto_max_model_len and max_model_len is None
+    length = config.planning_max_model_len if max_model_len is None else max_model_len
+    try:
+        cache_kw = compat.fit_kwargs(caps, "CacheConfig", dict(
+            block_size=config.block_size, num_gpu_blocks_override=config.num_gpu_blocks_override,
+            enable_prefix_caching=config.enable_prefix_caching, mamba_cache_mode=config.mamba_cache_mode,
+            prefix_match_unit=config.prefix_match_unit, **cache_config_kwargs(up.CacheConfig, config)),
+            CACHE_NEUTRAL)
+        sched_kw = compat.fit_kwargs(caps, "SchedulerConfig", dict(
+            max_model_len=length, is_encoder_decoder=False,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            # upstream refuses max_num_seqs > max_num_batched_tokens (kvverify's flat config
+            # does not): clamp, as a user must
+            max_num_seqs=min(config.max_num_seqs, config.max_num_batched_tokens),
+            disable_hybrid_kv_cache_manager=config.disable_hybrid_kv_cache_manager,
+            watermark=config.watermark, policy=config.scheduling_policy), SCHEDULER_NEUTRAL)
+    except compat.KnobMissing as e:
+        refuse_missing_knob(e, caps.version)
+    with preserved_environ():
+        cache = up.CacheConfig(**cache_kw)
+        sched = up.SchedulerConfig(**sched_kw)
+        vc = up.VllmConfig(cache_config=cache, scheduler_config=sched)
+    # With model_config=None VllmConfig skips the model-dependent post-init; the stand-in
+    # is assigned afterwards (no validation on assignment).
+    vc.model_config = _model_config_stand_in(length, -1 if auto else length)
+    vc.scheduler_config.max_num_encoder_input_tokens = config.encoder_tokens
+    if up.register_all_kvcache_specs is not None:
+        up.register_all_kvcache_specs(vc)
+    return vc
+
+
+__all__ = ["runtime_len", "upstream_config"]

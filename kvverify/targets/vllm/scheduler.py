@@ -1,0 +1,144 @@
+"""The upstream ``Scheduler`` behind the interface :func:`kvverify.reference.driver.run_workload` steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvverify.errors import ConfigError
+from kvverify.reference.planner import StartupPlan
+from kvverify.reference.request import fake_output_token
+from kvverify.targets.vllm import compat
+from kvverify.targets.vllm.env import LOCK, preserved_environ
+from kvverify.targets.vllm.runtime import UpstreamKVCacheManager, block_hasher, build, request
+from kvverify.targets.vllm.refusals import unsupported
+
+
+@dataclass
+class StepOutput:
+    """What the driver reads from one step (kvverify's ``SchedulerOutput`` surface)."""
+
+    step: int
+    num_scheduled_tokens: dict[str, int]
+    preempted_reqs: list[str]
+    sampled_reqs: list[str] = field(default_factory=list)
+    finished_reqs: list[str] = field(default_factory=list)
+    upstream: Any = None
+
+    @property
+    def total_num_scheduled_tokens(self) -> int:
+        return sum(self.num_scheduled_tokens.values())
+
+
+#: Scheduler keywords a release may lack (< 0.20: no separate hash block size)
+SCHEDULER_NEUTRAL = {"hash_block_size": None}
+
+
+class UpstreamScheduler:
+    """Upstream ``Scheduler`` stepped with fake model-runner outputs.
+
+    Same surface as :class:`kvverify.reference.scheduler.Scheduler` for
+    :func:`kvverify.reference.driver.run_workload`: ``add_request``, ``step()``,
+    ``has_unfinished_requests()``, ``get_request_counts()``, ``kv_cache_manager``,
+    ``waiting``, ``running``, ``finished``, ``num_preemptions``, ``max_model_len``,
+    ``max_num_scheduled_tokens``. A request that computed all its tokens in a step
+    samples one (kvverify's deterministic ``fake_output_token``); a mid-prefill chunk
+    samples nothing. ``num_lookahead_tokens`` (speculative decoding's extra slots) is
+    set on the scheduler as upstream's ``vllm_config.num_lookahead_tokens`` would.
+    """
+
+    def __init__(self, target: Any, plan: StartupPlan) -> None:
+        up = target.up
+        caps = up.compat
+        self.target = target
+        u = build(target, plan)
+        self.plan = plan
+        kw = dict(vllm_config=u.vc, kv_cache_config=u.scheduler_config,
+                  structured_output_manager=up.StructuredOutputManager(u.vc),
+                  block_size=u.scheduler_block_size, hash_block_size=u.hash_block_size, log_stats=False)
+        if not caps.block_size_resolution:
+            kw["hash_block_size"] = None
+        try:
+            kw = compat.fit_kwargs(caps, "Scheduler", kw, SCHEDULER_NEUTRAL)
+        except compat.KnobMissing as e:
+            unsupported(f"vLLM {caps.version}: {e}")
+        with LOCK, preserved_environ():
+            self.upstream = up.Scheduler(**kw)
+        self.upstream.num_lookahead_tokens = plan.vllm_config.num_lookahead_tokens
+        self.scheduler_block_size = u.scheduler_block_size
+        self.hash_block_size = u.hash_block_size
+        self.kv_cache_manager = UpstreamKVCacheManager(
+            self.upstream.kv_cache_manager, u.translator, block_hasher(target, u.vc, u.hash_block_size))
+        self.max_model_len = self.upstream.max_model_len
+        self.max_num_scheduled_tokens = self.upstream.max_num_scheduled_tokens
+        self.finished: list[str] = []
+        self.num_preemptions = 0
+        self.current_step = 0
+        self._num_added = 0
+        #: scheduled steps of requests carrying a Marconi shared-prefix junction
+        #: (``Request.shared_prefix_boundary > 0``): a Mamba-align prefill chunk stops there
+        self.junction_stops = 0
+
+    def add_request(self, req: Any) -> None:
+        """Queue a kvverify ``Request`` (as the engine's input processor would)."""
+        if req.num_prompt_tokens >= self.max_model_len:
+            raise ConfigError("prompt_token_ids", f"<{req.num_prompt_tokens} tokens>",
+                              f"prompt length must be in [1, {self.max_model_len - 1}] "
+                              f"(max_model_len={self.max_model_len} minus one output token)")
+        # arrival_time = add order (the reference's priority tie-break), not the wall clock
+        self.upstream.add_request(request(self.target, self.kv_cache_manager, req.request_id,
+                                          req.prompt_token_ids, req.max_tokens,
+                                          priority=getattr(req, "priority", 0),
+                                          arrival_time=float(self.current_arrival())))
+
+    def current_arrival(self) -> int:
+        """The next add-order index (upstream ``Request.arrival_time`` stand-in)."""
+        self._num_added += 1
+        return self._num_added
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.upstream.has_unfinished_requests())
+
+    def get_request_counts(self) -> tuple[int, int]:
+        running, waiting = self.upstream.get_request_counts()
+        return int(running), int(waiting)
+
+    @property
+    def running(self) -> list[Any]:
+        return list(self.upstream.running)
+
+    @property
+    def waiting(self) -> list[Any]:
+        return list(getattr(self.upstream, "kv_holding_waiting", ())) + list(self.upstream.waiting)
+
+    def step(self) -> tuple[StepOutput, list[str]]:
+        up = self.target.up
+        sched = self.upstream
+        self.current_step += 1
+        out = sched.schedule()
+        rids = list(out.num_scheduled_tokens)
+        self.junction_stops += sum(1 for rid in rids if getattr(sched.requests[rid], "shared_prefix_boundary", 0))
+        sampled: list[list[int]] = []
+        sampled_ids: list[str] = []
+        for rid in rids:
+            r = sched.requests[rid]
+            if r.num_computed_tokens >= r.num_tokens:
+                sampled.append([fake_output_token(rid, r.num_tokens)])
+                sampled_ids.append(rid)
+            else:
+                sampled.append([])
+        mro = up.ModelRunnerOutput(req_ids=rids, req_id_to_index={r: i for i, r in enumerate(rids)},
+                                   sampled_token_ids=sampled)
+        engine_outputs = sched.update_from_output(out, mro)
+        finished = [o.request_id for eco in engine_outputs.values() for o in eco.outputs
+                    if o.finish_reason is not None]
+        preempted = sorted(getattr(out, "preempted_req_ids", None) or ())
+        self.num_preemptions += len(preempted)
+        self.finished.extend(finished)
+        step_out = StepOutput(step=self.current_step, num_scheduled_tokens=dict(out.num_scheduled_tokens),
+                              preempted_reqs=preempted, sampled_reqs=sampled_ids, finished_reqs=finished,
+                              upstream=out)
+        return step_out, finished
+
+
+__all__ = ["StepOutput", "UpstreamScheduler"]

@@ -1,0 +1,130 @@
+""":class:`VllmTarget`: the installed vLLM release behind the target interface."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kvverify.errors import ConfigError
+from kvverify.reference import specs as kv
+from kvverify.reference.config import VllmConfig
+from kvverify.reference.driver import WorkloadResult, WorkloadSpec
+from kvverify.reference.driver import run_workload as drive
+from kvverify.reference.planner import KVCacheConfig, StartupPlan
+from kvverify.targets.base import Capability
+from kvverify.targets.vllm import compat, planner, runtime
+from kvverify.targets.vllm.env import upstream
+from kvverify.targets.vllm.refusals import lacks, skip_unsupported
+from kvverify.targets.vllm.scheduler import UpstreamScheduler
+
+#: Layout preference a worker reports. ``None``: "any backend" (upstream's default
+#: preference, resolves to LBNHC, layer-outer — the layout the reference models).
+DEFAULT_SUPPORTED_LAYOUTS: list[str] | None = None
+
+
+class VllmTarget:
+    """The installed upstream vLLM (0.19.1 … 0.33.0) behind the target interface.
+
+    ``capabilities`` lists what this release can answer; ``lacking`` says, per capability
+    it cannot, why (``Capability.BLOCK_SIZES`` on a release without
+    ``resolve_kv_cache_block_sizes``). ``compat`` holds the detected per-release differences.
+    """
+
+    name = "vllm"
+
+    def __init__(self, supported_layouts: Sequence[str] | None = DEFAULT_SUPPORTED_LAYOUTS) -> None:
+        self.up = upstream()
+        self.compat: compat.Compat = self.up.compat
+        self.version = str(self.up.vllm.__version__)
+        self.supported_layouts = list(supported_layouts) if supported_layouts else list(self.up.default_layouts)
+        lacking = self.compat.lacking()
+        self.lacking: dict[Capability, str] = {}
+        if "block_sizes" in lacking:
+            self.lacking[Capability.BLOCK_SIZES] = f"vLLM {self.version} {lacking['block_sizes']}"
+        self.capabilities = frozenset(Capability) - frozenset(self.lacking)
+
+    def require_feature(self, feature: str) -> None:
+        """Skip the property, with the reason, when this release lacks ``feature``
+        (``"admission_caps"``: SWA / chunked-local admission caps, from ``apply_admission_cap``)."""
+        if feature == "admission_caps" and not self.compat.has("get_num_blocks_to_allocate", "apply_admission_cap"):
+            lacks(self.version, "has no SWA / chunked-local admission caps (get_num_blocks_to_allocate "
+                                "has no apply_admission_cap): a cap the release does not have cannot be checked")
+
+    def expects_finding(self, finding: str) -> bool:
+        """Whether known finding ``finding`` (``"F3"``) exists in this release (measured table)."""
+        return compat.finding_expected(finding, self.compat, planner.memory_rules(self))
+
+    # -- planning --
+
+    def plan(self, vllm_config: VllmConfig, kv_cache_specs: Sequence[Mapping[str, kv.KVCacheSpec]],
+             available_memory: Sequence[int] | None = None) -> StartupPlan:
+        """The release's startup plan (:func:`.planner.plan`)."""
+        return planner.plan(self, vllm_config, kv_cache_specs, available_memory)
+
+    def max_concurrency(self, plan: StartupPlan) -> float:
+        """Upstream ``get_max_concurrency_for_kv_cache_config`` on the plan (what the engine logs)."""
+        u = runtime.build(self, plan, resolve_block_sizes=False)
+        return float(self.up.get_max_concurrency_for_kv_cache_config(u.vc, u.scheduler_config))
+
+    def estimate_max_model_len(self, vllm_config: VllmConfig, kv_cache_spec: Mapping[str, kv.KVCacheSpec],
+                               available_memory: int) -> int:
+        """Upstream's public ``estimate_max_model_len``."""
+        return planner.estimate_max_model_len(self, vllm_config, kv_cache_spec, available_memory)
+
+    def check_enough_kv_cache_memory(self, vllm_config: VllmConfig,
+                                     kv_cache_spec: Mapping[str, kv.KVCacheSpec], available_memory: int) -> str | None:
+        """Upstream's public ``check_enough_kv_cache_memory``: ``None`` if it passes, else the message."""
+        return planner.check_enough_kv_cache_memory(self, vllm_config, kv_cache_spec, available_memory)
+
+    # -- block sizes --
+
+    def resolve_block_sizes(self, kv_cache_config: KVCacheConfig, vllm_config: VllmConfig) -> tuple[int, int]:
+        """Upstream ``resolve_kv_cache_block_sizes`` (skips, with the reason, on a release without it)."""
+        return planner.resolve_block_sizes(self, kv_cache_config, vllm_config)
+
+    def resolve_cache_hit_alignment_tokens(self, kv_cache_config: KVCacheConfig, vllm_config: VllmConfig,
+                                           scheduler_block_size: int, hash_block_size: int) -> int:
+        """Upstream ``resolve_cache_hit_alignment_tokens`` (skips on a release without it)."""
+        from kvverify.targets.upstream_knobs import resolve_cache_hit_alignment_tokens
+        return resolve_cache_hit_alignment_tokens(self, kv_cache_config, vllm_config, scheduler_block_size,
+                                                  hash_block_size)
+
+    def coordinator_accepts(self, kv_cache_config: KVCacheConfig, vllm_config: VllmConfig,
+                            scheduler_block_size: int, hash_block_size: int) -> str | None:
+        """Build upstream's KV cache coordinator; ``None`` if it accepts, else its error."""
+        return planner.coordinator_accepts(self, kv_cache_config, vllm_config, scheduler_block_size,
+                                           hash_block_size)
+
+    # -- runtime --
+
+    def kv_cache_manager(self, plan: StartupPlan) -> runtime.UpstreamKVCacheManager:
+        """A fresh upstream ``KVCacheManager`` over the plan's pool, built as the Scheduler builds it."""
+        return runtime.kv_cache_manager(self, plan)
+
+    def admit_on_empty_pool(self, plan: StartupPlan, num_tokens: int) -> tuple[bool, dict]:
+        """Ask the release's full-sequence admission gate to admit a prompt of ``num_tokens``."""
+        return runtime.admit_on_empty_pool(self, plan, num_tokens)
+
+    def scheduler(self, plan: StartupPlan) -> UpstreamScheduler:
+        """Upstream's ``Scheduler`` for the plan, behind the interface the driver steps."""
+        if plan.vllm_config.auto_max_model_len:
+            raise ConfigError("max_model_len", -1, "must be resolved before scheduling; plan the startup first")
+        if not plan.groups:
+            skip_unsupported("scheduling an attention-free model (no KV cache groups)")
+        return UpstreamScheduler(self, plan)
+
+    def run_workload(self, plan: StartupPlan, workload: Sequence[WorkloadSpec], **kw: Any) -> WorkloadResult:
+        """Upstream's scheduler through :func:`kvverify.reference.driver.run_workload` (same stall detection)."""
+        sched = kw.pop("scheduler", None)
+        if sched is not None and not isinstance(sched, UpstreamScheduler):
+            skip_unsupported("the property passes a reference Scheduler; use target.scheduler(plan)")
+        for knob in ("scheduler_block_size", "hash_block_size"):
+            if kw.pop(knob, None) is not None:
+                skip_unsupported(f"{knob}= is resolved by upstream, not passed in")
+        if kw.pop("full_sequence_must_fit", True) is not True:
+            skip_unsupported("full_sequence_must_fit=False (the scheduler always gates admission)")
+        sched = sched or self.scheduler(plan)
+        return drive(plan.vllm_config, plan.kv_cache_config, workload, scheduler=sched, **kw)
+
+
+__all__ = ["DEFAULT_SUPPORTED_LAYOUTS", "VllmTarget"]

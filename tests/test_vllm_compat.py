@@ -1,0 +1,372 @@
+"""The multi-release vLLM adapter's logic, on small fakes (no vLLM needed).
+
+Capability detection (:func:`kvverify.targets.vllm.compat.detect`) reads fake module objects
+whose functions carry the signatures of an old (0.19-like) and a new (0.33-like) release;
+the keyword fitting, the supported range, the findings-per-release table, the tensor
+translation between ``KVCacheTensor(size, shared_by)`` and the strided layout, the spec
+translation's field drift, the refusals and the CPU platform selection are checked the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+from types import SimpleNamespace
+
+import pytest
+
+from kvverify.reference import specs as kv
+from kvverify.reference.grouping import KVCacheGroupSpec
+from kvverify.reference.planner import KVCacheConfig
+from kvverify.targets.vllm import compat
+from kvverify.targets.vllm.refusals import ReleaseLacks, TargetUnsupported, lacks
+from kvverify.targets.vllm.specs import Translator, shared_by_tensors, strided_from_shared_by
+
+
+# ---------------------------------------------------------------- fake releases
+
+def _module(name: str, **attrs) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    for k, v in attrs.items():
+        setattr(mod, k, v)
+    return mod
+
+
+@dataclasses.dataclass
+class StridedTensor:
+    size: int
+    layers: list
+    layer_stride: int
+    block_stride: int
+    offset: int = 0
+
+
+@dataclasses.dataclass
+class SharedTensor:
+    size: int
+    shared_by: list
+
+
+def _new_release() -> dict[str, types.ModuleType | None]:
+    """The shapes of vLLM 0.33.0: planning module, global groups, strided tensors, resolver."""
+
+    def get_kv_cache_configs(vllm_config, kv_cache_specs, available_memory, global_kv_cache_groups): ...
+
+    def get_global_kv_cache_groups(vllm_config, kv_cache_specs): ...
+
+    def get_kv_cache_coordinator(kv_cache_config, max_model_len, max_in_flight_tokens, use_eagle, enable_caching,
+                                 enable_kv_cache_events, dcp_world_size, pcp_world_size, scheduler_block_size,
+                                 hash_block_size, metrics_collector=None): ...
+
+    def resolve_kv_cache_block_sizes(kv_cache_config, vllm_config): ...
+
+    def resolve_kv_cache_layout(vllm_config, layouts, specs): ...
+
+    class KVCacheCoordinator:
+        def get_num_blocks_to_allocate(self, request_id, num_tokens, new_computed_blocks, num_encoder_tokens,
+                                       total_computed_tokens, num_local_computed_tokens, num_tokens_main_model,
+                                       apply_admission_cap=False, prefill_end=0): ...
+
+    class KVCacheManager:
+        def __init__(self, kv_cache_config, max_model_len, scheduler_block_size, hash_block_size,
+                     max_in_flight_tokens=None, enable_caching=True, watermark=0.0): ...
+
+        def allocate_slots(self, request, num_new_tokens, num_new_computed_tokens=0, new_computed_blocks=None,
+                           full_sequence_must_fit=False, has_scheduled_reqs=True): ...
+
+    class Scheduler:
+        def __init__(self, vllm_config, kv_cache_config, structured_output_manager, block_size,
+                     hash_block_size=None, log_stats=False): ...
+
+    return {
+        "vllm.v1.core.kv_cache_planning": _module("p", get_kv_cache_configs=get_kv_cache_configs,
+                                                  get_global_kv_cache_groups=get_global_kv_cache_groups),
+        "vllm.v1.core.kv_cache_config_builder": _module("b", get_kv_cache_config_builder=lambda vc: None),
+        "vllm.v1.core.kv_cache_utils": _module("u", resolve_kv_cache_block_sizes=resolve_kv_cache_block_sizes),
+        "vllm.v1.kv_cache_interface": _module("i", KVCacheTensor=StridedTensor),
+        "vllm.v1.attention.backends.utils": _module("a", resolve_kv_cache_layout=resolve_kv_cache_layout),
+        "vllm.v1.core.kv_cache_coordinator": _module("c", get_kv_cache_coordinator=get_kv_cache_coordinator,
+                                                     KVCacheCoordinator=KVCacheCoordinator),
+        "vllm.v1.core.kv_cache_manager": _module("m", KVCacheManager=KVCacheManager),
+        "vllm.v1.core.sched.scheduler": _module("s", Scheduler=Scheduler),
+        "vllm.v1.core.single_type_kv_cache_manager": _module("t", register_all_kvcache_specs=lambda vc: None),
+    }
+
+
+def _old_release() -> dict[str, types.ModuleType | None]:
+    """The shapes of vLLM 0.19.1: planner in kv_cache_utils (3 arguments), (size, shared_by)
+    tensors, no resolver, ``can_fit_full_sequence``, one block size."""
+
+    def get_kv_cache_configs(vllm_config, kv_cache_specs, available_memory): ...
+
+    def get_kv_cache_coordinator(kv_cache_config, max_model_len, use_eagle, enable_caching, enable_kv_cache_events,
+                                 dcp_world_size, pcp_world_size, hash_block_size, metrics_collector=None): ...
+
+    class KVCacheCoordinator:
+        def get_num_blocks_to_allocate(self, request_id, num_tokens, new_computed_blocks, num_encoder_tokens,
+                                       total_computed_tokens, num_tokens_main_model): ...
+
+    class KVCacheManager:
+        def __init__(self, kv_cache_config, max_model_len, hash_block_size, enable_caching=True): ...
+
+        def can_fit_full_sequence(self, request, num_new_computed_tokens=0, new_computed_blocks=None): ...
+
+        def allocate_slots(self, request, num_new_tokens, num_new_computed_tokens=0, new_computed_blocks=None): ...
+
+    class Scheduler:
+        def __init__(self, vllm_config, kv_cache_config, structured_output_manager, block_size, log_stats=False): ...
+
+    return {
+        "vllm.v1.core.kv_cache_planning": None,
+        "vllm.v1.core.kv_cache_config_builder": None,
+        "vllm.v1.core.kv_cache_utils": _module("u", get_kv_cache_configs=get_kv_cache_configs),
+        "vllm.v1.kv_cache_interface": _module("i", KVCacheTensor=SharedTensor),
+        "vllm.v1.attention.backends.utils": _module("a"),
+        "vllm.v1.core.kv_cache_coordinator": _module("c", get_kv_cache_coordinator=get_kv_cache_coordinator,
+                                                     KVCacheCoordinator=KVCacheCoordinator),
+        "vllm.v1.core.kv_cache_manager": _module("m", KVCacheManager=KVCacheManager),
+        "vllm.v1.core.sched.scheduler": _module("s", Scheduler=Scheduler),
+        "vllm.v1.core.single_type_kv_cache_manager": None,
+    }
+
+
+# ------------------------------------------------------------------- detection
+
+def test_detect_new_release() -> None:
+    caps = compat.detect("0.33.0", _new_release())
+    assert caps.planner_module == "vllm.v1.core.kv_cache_planning"
+    assert caps.config_builder and caps.global_groups and caps.layout_resolution and caps.spec_registry
+    assert caps.tensor_layout == "strided"
+    assert caps.block_size_resolution
+    assert caps.admission_gate == "full_sequence_must_fit"
+    assert caps.has("get_num_blocks_to_allocate", "apply_admission_cap")
+    assert caps.has("KVCacheManager", "watermark") and caps.has("Scheduler", "hash_block_size")
+    assert caps.lacking() == {}
+
+
+def test_detect_old_release() -> None:
+    caps = compat.detect("0.19.1", _old_release())
+    assert caps.planner_module == "vllm.v1.core.kv_cache_utils"
+    assert not (caps.config_builder or caps.global_groups or caps.layout_resolution or caps.spec_registry)
+    assert caps.tensor_layout == "shared_by"
+    assert not caps.block_size_resolution
+    assert caps.admission_gate == "can_fit_full_sequence"
+    assert not caps.has("get_num_blocks_to_allocate", "apply_admission_cap")
+    assert not caps.has("KVCacheManager", "scheduler_block_size")
+    assert "resolve_kv_cache_block_sizes" in caps.lacking()["block_sizes"]
+
+
+def test_detect_refuses_unknown_shapes() -> None:
+    mods = _old_release()
+    mods["vllm.v1.core.kv_cache_utils"] = _module("u")  # no planner anywhere
+    with pytest.raises(compat.DriftError, match="get_kv_cache_configs"):
+        compat.detect("0.19.1", mods)
+    mods = _old_release()
+    mods["vllm.v1.kv_cache_interface"] = _module("i", KVCacheTensor=dataclasses.make_dataclass("T", ["size"]))
+    with pytest.raises(compat.DriftError, match="KVCacheTensor"):
+        compat.detect("0.19.1", mods)
+
+
+def test_resolve_names_says_what_is_missing() -> None:
+    caps = compat.detect("0.19.1", _old_release())
+    with pytest.raises(compat.DriftError, match="not found where the adapter looks: .*CacheConfig"):
+        compat.resolve_names(caps, _old_release())
+
+
+# ------------------------------------------------------------------ keyword fit
+
+def test_fit_kwargs_drops_neutral_refuses_others() -> None:
+    old = compat.detect("0.19.1", _old_release())
+    new = compat.detect("0.33.0", _new_release())
+    kw = dict(kv_cache_config=1, max_model_len=2, hash_block_size=16, enable_caching=True, watermark=0.0)
+    assert compat.fit_kwargs(new, "KVCacheManager", kw, {"watermark": 0.0}) == kw
+    assert "watermark" not in compat.fit_kwargs(old, "KVCacheManager", kw, {"watermark": 0.0})
+    with pytest.raises(compat.KnobMissing, match="watermark=0.1"):
+        compat.fit_kwargs(old, "KVCacheManager", {**kw, "watermark": 0.1}, {"watermark": 0.0})
+    with pytest.raises(compat.DriftError, match="no neutral value"):
+        compat.fit_kwargs(old, "KVCacheManager", {**kw, "brand_new": 1})
+
+
+def test_fit_kwargs_passes_everything_to_open_signatures() -> None:
+    caps = dataclasses.replace(compat.detect("0.19.1", _old_release()), open_params=frozenset({"Scheduler"}))
+    assert compat.fit_kwargs(caps, "Scheduler", {"anything": 1}) == {"anything": 1}
+
+
+def test_params_of_classes_and_functions() -> None:
+    def f(a, b=1, *args, c, **kw): ...
+    assert compat.params(f) == {"a", "b", "c"}
+    assert compat.params(SharedTensor) == {"size", "shared_by"}
+    assert compat.accepts_any_keyword(f) and not compat.accepts_any_keyword(SharedTensor)
+
+
+# -------------------------------------------------------------- supported range
+
+@pytest.mark.parametrize("version", ["0.19.1", "0.27.1", "0.33.0", "0.25.0+cpu"])
+def test_supported_releases(version: str) -> None:
+    assert compat.unsupported_release(version) is None
+
+
+@pytest.mark.parametrize("version", ["0.18.0", "0.19.0", "0.34.0", "1.0.0"])
+def test_releases_outside_the_range_are_refused_clearly(version: str) -> None:
+    why = compat.unsupported_release(version)
+    assert why is not None and version in why and compat.SUPPORTED in why
+
+
+def test_unreadable_version_is_refused() -> None:
+    assert "cannot read" in (compat.unsupported_release("dev") or "")
+
+
+# ---------------------------------------------------------- findings per release
+
+def test_findings_follow_capabilities() -> None:
+    new = compat.detect("0.33.0", _new_release())
+    old = compat.detect("0.19.1", _old_release())
+    reserving = compat.CheckRules(override_counted=True, reserves_null_block=True)
+    loose = compat.CheckRules(override_counted=True, reserves_null_block=False)
+    assert all(compat.finding_expected(f, new, reserving) for f in compat.FINDING_CAPABILITY)
+    # no admission caps: the cap findings cannot exist; F1 (concurrency) everywhere
+    assert not compat.finding_expected("F2", old, loose) and not compat.finding_expected("F4", old, loose)
+    assert compat.finding_expected("F1", old, loose)
+    # a check that counts the null block as usable: no F3, no F6-estimate, F6-check stays
+    assert not compat.finding_expected("F3", new, loose)
+    assert not compat.finding_expected("F6-estimate", new, loose)
+    assert compat.finding_expected("F6-check", new, loose) and compat.finding_expected("F6", new, loose)
+    assert compat.finding_expected("F99", old, loose)  # unknown findings stay strict
+
+
+def test_known_failures_name_their_finding() -> None:
+    from kvverify.props.findings import KNOWN_FAILURES, finding_of, present_on
+    assert finding_of("test_startup_refusal_is_necessary") == "F3"
+    assert all(finding_of(n).startswith("F") for n in KNOWN_FAILURES)
+    assert all(present_on(n, "reference") for n in KNOWN_FAILURES)
+
+
+# ------------------------------------------------------- tensors across layouts
+
+def _groups() -> tuple[KVCacheGroupSpec, ...]:
+    full = kv.FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8)
+    swa = kv.SlidingWindowSpec(block_size=16, num_kv_heads=1, head_size=8, sliding_window=32)
+    return (KVCacheGroupSpec(("f.0", "f.1"), full), KVCacheGroupSpec(("s.0", "s.1"), swa))
+
+
+def test_shared_by_tensors_read_as_the_strided_layout() -> None:
+    """Old ``(size, shared_by)`` buffers, end to end, are a layer-outer backing: sizes, bounds
+    and per-group disjointness hold for kvverify's plan invariants."""
+    from kvverify.invariants.plan import _overlaps
+    from kvverify.reference.planner import bytes_per_block
+
+    groups, n = _groups(), 10
+    page = groups[0].kv_cache_spec.page_size_bytes
+    old = [(page * n, ("f.0", "s.0")), (page * n, ("f.1", "s.1"))]
+    tensors = strided_from_shared_by(n, old)
+    cfg = KVCacheConfig(num_blocks=n, kv_cache_tensors=tensors, kv_cache_groups=groups)
+    assert {t.size for t in tensors} == {bytes_per_block(groups) * n}
+    assert all(t.offset + len(t.layers) * t.layer_stride <= t.size for t in tensors)
+    assert _overlaps(0, cfg) == []
+    assert shared_by_tensors(cfg) == old
+
+
+def test_reference_plans_translate_to_shared_by() -> None:
+    """A kvverify (reference-made) strided plan: each buffer holds layer j of every group."""
+    from kvverify.reference.planner import get_kv_cache_config_from_groups
+
+    cfg = get_kv_cache_config_from_groups(_groups(), 10)
+    page = _groups()[0].kv_cache_spec.page_size_bytes
+    assert shared_by_tensors(cfg) == [(page * 10, ("f.0", "s.0")), (page * 10, ("f.1", "s.1"))]
+
+
+# ----------------------------------------------------------- spec field drift
+
+def _fake_up(iface: types.ModuleType) -> SimpleNamespace:
+    torch = SimpleNamespace(bfloat16="torch.bfloat16", float32="torch.float32", float16="torch.float16")
+    return SimpleNamespace(iface=iface, torch=torch, compat=SimpleNamespace(version="0.27.1"))
+
+
+def _old_iface() -> types.ModuleType:
+    @dataclasses.dataclass(frozen=True)
+    class SlidingWindowSpec:  # no extra_retained_tokens, no head_size_v
+        block_size: int
+        num_kv_heads: int
+        head_size: int
+        dtype: str
+        sliding_window: int
+        page_size_padded: int | None = None
+
+    return _module("i", SlidingWindowSpec=SlidingWindowSpec)
+
+
+def test_a_field_the_release_lacks_is_dropped_when_it_means_nothing() -> None:
+    tr = Translator(_fake_up(_old_iface()))
+    spec = kv.SlidingWindowSpec(block_size=16, num_kv_heads=2, head_size=8, sliding_window=64)
+    up = tr.spec(spec)  # head_size_v == head_size and extra_retained_tokens == 0: as before them
+    assert (up.sliding_window, up.dtype) == (64, "torch.bfloat16")
+    assert tr.spec_back(up) == spec
+
+
+def test_a_field_the_release_lacks_is_refused_when_set() -> None:
+    tr = Translator(_fake_up(_old_iface()))
+    with pytest.raises(TargetUnsupported, match="0.27.1 has no SlidingWindowSpec.extra_retained_tokens"):
+        tr.spec(kv.SlidingWindowSpec(block_size=16, num_kv_heads=2, head_size=8, sliding_window=64,
+                                     extra_retained_tokens=3))
+    with pytest.raises(TargetUnsupported, match="head_size_v"):
+        tr.spec(kv.SlidingWindowSpec(block_size=16, num_kv_heads=2, head_size=8, head_size_v=4, sliding_window=64))
+
+
+def test_a_class_the_release_lacks_is_refused() -> None:
+    tr = Translator(_fake_up(_old_iface()))
+    with pytest.raises(TargetUnsupported, match="has no ChunkedLocalAttentionSpec"):
+        tr.spec(kv.ChunkedLocalAttentionSpec(block_size=16, num_kv_heads=1, head_size=8, attention_chunk_size=32))
+
+
+def test_every_registered_kind_translates_both_ways() -> None:
+    """The translation is the kinds registry: each kind's upstream class name round-trips."""
+    from kvverify.reference import kinds
+    from kvverify.targets.vllm.specs import kvverify_class, upstream_class_name
+
+    for kind in kinds.SPEC_KINDS:
+        assert kvverify_class(upstream_class_name(kind.spec_cls)) is kind.spec_cls
+
+
+# ------------------------------------------------------------------- refusals
+
+def test_lacks_skips_the_property_with_the_reason() -> None:
+    with pytest.raises(pytest.skip.Exception, match="vLLM 0.19.1 has no resolve_kv_cache_block_sizes"):
+        lacks("0.19.1", "has no resolve_kv_cache_block_sizes")
+
+
+def test_lacks_outside_pytest_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTEST_CURRENT_TEST", raising=False)
+    with pytest.raises(ReleaseLacks) as e:
+        lacks("0.19.1", "has no resolve_kv_cache_block_sizes")
+    assert isinstance(e.value, TargetUnsupported) and e.value.version == "0.19.1"
+
+
+# ------------------------------------------------------------ platform selection
+
+def _fake_platforms(monkeypatch: pytest.MonkeyPatch, qualname: str) -> types.ModuleType:
+    class CpuPlatform:
+        device_type = "cpu"
+
+    platforms = _module("vllm.platforms", _current_platform=None,
+                        resolve_current_platform_cls_qualname=lambda: qualname)
+    monkeypatch.setitem(sys.modules, "vllm", _module("vllm"))
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+    monkeypatch.setitem(sys.modules, "vllm.platforms.cpu", _module("vllm.platforms.cpu", CpuPlatform=CpuPlatform))
+    return platforms
+
+
+def test_cpu_platform_selected_where_detection_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvverify.targets.vllm.env import select_cpu_platform
+
+    platforms = _fake_platforms(monkeypatch, "vllm.platforms.interface.UnspecifiedPlatform")
+    select_cpu_platform()
+    assert platforms._current_platform.device_type == "cpu"
+
+
+def test_cpu_platform_left_alone_where_detection_works(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvverify.targets.vllm.env import select_cpu_platform
+
+    platforms = _fake_platforms(monkeypatch, "vllm.platforms.cpu.CpuPlatform")
+    select_cpu_platform()
+    assert platforms._current_platform is None  # resolved lazily by vLLM itself
