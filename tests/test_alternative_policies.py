@@ -21,7 +21,7 @@ import pytest
 
 import kvverify.props
 from kvverify import flaws
-from kvverify.props import admission, runtime, startup, validation
+from kvverify.props import admission, encoder_decoder, runtime, startup, validation
 from kvverify.props.findings import KNOWN_FAILURES
 from kvverify.reference.scheduler import VARIANT_POLICIES, scheduling_policy_override
 from kvverify.targets import get_target
@@ -39,6 +39,7 @@ SCHEDULER_PROPERTIES = (
     runtime.test_predictor_equals_allocator,
     runtime.test_held_blocks_within_admission_caps,
     validation.test_bad_input_is_a_clear_error,
+    encoder_decoder.test_encoder_decoder_workload_completes,
 )
 
 

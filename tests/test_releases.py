@@ -278,7 +278,9 @@ def test_ambiguous_failures_take_the_flaw_another_failure_needs_alone() -> None:
     both = R.Defect("t::a", "v", "", None, ["null_block_not_reserved", "override_ignored_in_check"])
     alone = R.Defect("t::b", "v", "", None, ["null_block_not_reserved"])
     other = R.Defect("t::c", "v", "", None, ["autofit_first_group_only", "swa_admission_uncapped"])
-    none = R.Defect("t::d", "v", "", "r.json", [])
+    none = R.Defect("t::d", "[x.y] v", "", "r.json", [])
+    crash = R.Defect("t::e", "TypeError: f() takes 1 positional argument", "", "r.json", [])
+    assert crash.label == "crash: TypeError (adapter until shown otherwise)"
     assert R.resolved_labels([both, alone, other, none]) == [
         "null_block_not_reserved", "null_block_not_reserved",
         "autofit_first_group_only | swa_admission_uncapped", "unexplained"]

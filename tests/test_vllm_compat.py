@@ -370,3 +370,116 @@ def test_cpu_platform_left_alone_where_detection_works(monkeypatch: pytest.Monke
     platforms = _fake_platforms(monkeypatch, "vllm.platforms.cpu.CpuPlatform")
     select_cpu_platform()
     assert platforms._current_platform is None  # resolved lazily by vLLM itself
+
+
+# ------------------------------------- in-flight window keyword, pool bytes signature
+
+def _release_0_25() -> dict[str, types.ModuleType | None]:
+    """0.20 - 0.25 shapes: the coordinator / manager window is ``max_num_batched_tokens``,
+    ``_pool_bytes_per_block(vllm_config, groups)`` in the planner module."""
+    mods = _old_release()
+
+    def get_kv_cache_configs(vllm_config, kv_cache_specs, available_memory): ...
+
+    def _pool_bytes_per_block(vllm_config, kv_cache_groups): ...
+
+    def get_kv_cache_coordinator(kv_cache_config, max_model_len, max_num_batched_tokens, use_eagle, enable_caching,
+                                 enable_kv_cache_events, dcp_world_size, pcp_world_size, scheduler_block_size,
+                                 hash_block_size, metrics_collector=None): ...
+
+    class KVCacheManager:
+        def __init__(self, kv_cache_config, max_model_len, scheduler_block_size, hash_block_size,
+                     max_num_batched_tokens=None, enable_caching=True): ...
+
+        def allocate_slots(self, request, num_new_tokens, full_sequence_must_fit=False): ...
+
+    mods["vllm.v1.core.kv_cache_utils"] = _module("u", get_kv_cache_configs=get_kv_cache_configs,
+                                                  _pool_bytes_per_block=_pool_bytes_per_block,
+                                                  resolve_kv_cache_block_sizes=lambda c, vc: (16, 16))
+    mods["vllm.v1.core.kv_cache_coordinator"] = _module("c", get_kv_cache_coordinator=get_kv_cache_coordinator)
+    mods["vllm.v1.core.kv_cache_manager"] = _module("m", KVCacheManager=KVCacheManager)
+    return mods
+
+
+def test_in_flight_window_keyword_per_release() -> None:
+    assert compat.detect("0.33.0", _new_release()).in_flight_param("get_kv_cache_coordinator") == "max_in_flight_tokens"
+    assert compat.detect("0.33.0", _new_release()).in_flight_param("KVCacheManager") == "max_in_flight_tokens"
+    caps = compat.detect("0.25.0", _release_0_25())
+    assert caps.in_flight_param("get_kv_cache_coordinator") == "max_num_batched_tokens"
+    assert caps.in_flight_param("KVCacheManager") == "max_num_batched_tokens"
+    assert compat.detect("0.19.1", _old_release()).in_flight_param("get_kv_cache_coordinator") is None
+
+
+def test_coordinator_gets_the_scheduler_budget_where_the_window_is_max_num_batched_tokens() -> None:
+    from kvverify.targets.vllm.planner import coordinator_kwargs
+    vc = SimpleNamespace(max_in_flight_tokens=4096, max_num_batched_tokens=2048, enable_prefix_caching=True)
+    target = SimpleNamespace(up=SimpleNamespace(compat=compat.detect("0.25.0", _release_0_25())))
+    kw = coordinator_kwargs(target, "cfg", 100, vc, 16, 16)  # type: ignore[arg-type]
+    assert kw["max_num_batched_tokens"] == 2048 and "max_in_flight_tokens" not in kw
+    target = SimpleNamespace(up=SimpleNamespace(compat=compat.detect("0.33.0", _new_release())))
+    kw = coordinator_kwargs(target, "cfg", 100, vc, 16, 16)  # type: ignore[arg-type]
+    assert kw["max_in_flight_tokens"] == 4096 and "max_num_batched_tokens" not in kw
+    target = SimpleNamespace(up=SimpleNamespace(compat=compat.detect("0.19.1", _old_release())))
+    kw = coordinator_kwargs(target, "cfg", 100, vc, 16, 16)  # type: ignore[arg-type]
+    assert "max_in_flight_tokens" not in kw and "max_num_batched_tokens" not in kw
+
+
+@pytest.mark.parametrize("with_config", [True, False])
+def test_pool_bytes_per_block_called_with_the_release_signature(with_config: bool) -> None:
+    from kvverify.targets.vllm.planner import _bytes_per_block
+    calls: list[tuple] = []
+    if with_config:  # 0.25 - 0.28, 0.32
+        def _pool_bytes_per_block(vllm_config, kv_cache_groups):
+            calls.append((vllm_config, kv_cache_groups))
+            return 7
+    else:  # 0.22, 0.29 - 0.31
+        def _pool_bytes_per_block(kv_cache_groups):  # type: ignore[misc]
+            calls.append((kv_cache_groups,))
+            return 7
+    mods = _release_0_25()
+    planner_mod = _module("u", get_kv_cache_configs=lambda vc, s, m: None, _pool_bytes_per_block=_pool_bytes_per_block)
+    mods["vllm.v1.core.kv_cache_utils"] = planner_mod
+    caps = compat.detect("0.29.0", mods)
+    assert caps.has("_pool_bytes_per_block", "vllm_config") is with_config
+    up = SimpleNamespace(compat=caps, planning=planner_mod, get_kv_cache_config_builder=None)
+    assert _bytes_per_block(up, "vc", ["g"]) == 7
+    assert calls == [("vc", ["g"])] if with_config else calls == [(["g"],)]
+
+
+def test_model_config_stand_in_has_what_the_schedulers_read() -> None:
+    """Attributes the Schedulers of 0.19.1 … 0.33.0 read off ``vllm_config.model_config``
+    (measured by grepping each release's ``v1/core``); 0.29.0 added ``uses_xdrope``."""
+    from kvverify.targets.vllm.config import _model_config_stand_in
+    mc = _model_config_stand_in(16, 16)
+    for name in ("max_model_len", "original_max_model_len", "is_encoder_decoder", "enable_return_routed_experts",
+                 "is_diffusion", "return_sampling_mask", "uses_mrope", "uses_xdrope", "supports_multimodal_inputs",
+                 "runner_type", "supports_kv_cache_grouping", "skip_tokenizer_init"):
+        assert hasattr(mc, name), name
+
+
+def test_an_example_the_release_refuses_is_rejected_not_a_block_size_crash() -> None:
+    """``unsupported()`` inside G3 (0.25.0 lacks ``prefix_match_unit``) rejects the example;
+    ``check_block_sizes`` must not turn Hypothesis's rejection into ``block_sizes.crash``."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from hypothesis.errors import Unsatisfiable
+
+    from kvverify.invariants.block_sizes import check_block_sizes
+    from kvverify.reference.config import VllmConfig
+    from kvverify.targets.vllm.refusals import unsupported
+
+    class Release:
+        def resolve_block_sizes(self, kv_cache_config, vllm_config):
+            unsupported("vLLM 0.25.0: CacheConfig has no parameter prefix_match_unit")
+
+    cfg = KVCacheConfig(num_blocks=8, kv_cache_tensors=(), kv_cache_groups=_groups())
+    answers: list = []
+
+    @settings(max_examples=3, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.just(None))
+    def run(_: None) -> None:
+        answers.append(check_block_sizes(cfg, VllmConfig(), Release()))
+
+    with pytest.raises(Unsatisfiable):
+        run()
+    assert answers == []

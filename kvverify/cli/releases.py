@@ -245,7 +245,11 @@ class Defect:
         # a defect comes with a counterexample report; a failure without one (a health check,
         # an expectation about a finding, a crash outside a property) is the suite's or the
         # adapter's problem until shown otherwise
-        return "unexplained" if self.report else "no counterexample (suite / adapter)"
+        if not self.report:
+            return "no counterexample (suite / adapter)"
+        if not self.violation.startswith(("[", "AssertionError")):  # an exception, not a violation
+            return f"crash: {self.violation.split(':', 1)[0][:40]} (adapter until shown otherwise)"
+        return "unexplained"
 
 
 @dataclass
@@ -350,15 +354,26 @@ def _attribute(outcomes: Sequence[Outcome], repo_root: Path, pass_no: int,
     return defects
 
 
+#: what :func:`_replay_on` returns when the replay fails, but not with the recorded violation
+REPLAY_DIFFERENT = 3
+
+
 def _replay_on(venv: Path, report: str, repo_root: Path, timeout: float) -> int | None:
     exe = venv / "bin" / "kvverify"
     if not exe.exists():
         return None
     try:
-        return subprocess.run([str(exe), "replay", report], cwd=repo_root, env=release_env(Path(report).parent),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout).returncode
+        done = subprocess.run([str(exe), "replay", report, "--json"], cwd=repo_root,
+                              env=release_env(Path(report).parent), capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return None
+    if done.returncode == 1:
+        try:  # exit 1 with a *different* failure (an adapter crash, another violation) is not a reproduction
+            if json.loads(done.stdout).get("status") != "reproduced":
+                return REPLAY_DIFFERENT
+        except ValueError:
+            pass
+    return done.returncode
 
 
 def run_release(rv: ReleaseVenv, repo_root: Path, out_root: Path, *, workers: int, profile: str,
@@ -531,7 +546,8 @@ def resolved_labels(defects: Sequence[Defect]) -> list[str]:
 def _forward(forward: Mapping[str, int | None]) -> str:
     if not forward:
         return "not run"
-    parts = [f"{v}: {'fails' if rc == 1 else 'passes' if rc == 0 else 'n/a'}" for v, rc in forward.items()]
+    said: dict[int | None, str] = {1: "fails", 0: "passes", REPLAY_DIFFERENT: "fails differently"}
+    parts = [f"{v}: " + said.get(rc, "n/a") for v, rc in forward.items()]
     fixed = next((v for v, rc in forward.items() if rc == 0), None)
     return ", ".join(parts) + (f" (**first passes on {fixed}** of the installed releases)" if fixed else "")
 
@@ -604,7 +620,8 @@ def render(results: Sequence[ReleaseResult], *, repo_root: Path, doc_path: Path,
             L += ["| property | defect (zoo flaw) | violation | shrunk counterexample | report | replay on this release "
                   "| replay on later releases |", "|---|---|---|---|---|---|---|"]
             for name, dd in named[r.version]:
-                rp = {1: "exit 1 (reproduced)", 0: "exit 0 (NOT reproduced)", None: "not run"}.get(
+                rp = {1: "exit 1 (reproduced)", 0: "exit 0 (NOT reproduced)", None: "not run",
+                      REPLAY_DIFFERENT: "exit 1, a different failure"}.get(
                     dd.replay_on_release, f"exit {dd.replay_on_release}")
                 also = [f for f in dd.flaws if f != name]
                 shown = name + (f" (also reproduced by: {', '.join(also)})" if also and name in dd.flaws else "")

@@ -2,11 +2,8 @@
 
 ``properties/test_*.py`` re-export these for ``pytest properties/``; ``kvverify zoo``
 and ``kvverify fuzz`` call them directly with a flaw switched on. Each property takes
-the system under test as ``target`` (a pytest fixture, or passed explicitly): a
-:class:`kvverify.targets.base.Target`. The ``@given`` bodies leave that parameter
-unannotated on purpose: a derandomized run (the zoo, CI) seeds itself from the property's
-source text, so editing a property's lines moves the zoo's counts; the helpers they call
-(:func:`kvverify.props.known.check_or_known`, ...) carry the type. Properties are declared
+the system under test as ``target: Target`` (a pytest fixture, or passed explicitly), typed
+with the contract :class:`kvverify.targets.base.Target`. Properties are declared
 with :func:`kvverify.hypothesis_hooks.given`, which keeps their strategies for the zoo,
 ``kvverify fuzz`` and report replay.
 """

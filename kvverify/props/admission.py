@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import assume, event, note
 from hypothesis import strategies as st
 
+from kvverify.targets.base import Target
 from kvverify.hypothesis_hooks import given
 from kvverify.invariants.admission import check_admitted_on_empty_pool, check_workload_completes
 from kvverify.invariants.base import assert_no_violations
@@ -19,7 +20,7 @@ _RECYCLING = tuple(k.name for k in kinds.recycling_kinds()) + ("full",)
 
 @given(case=startup_cases(allow_auto=False, kinds=_RECYCLING, max_len=1024), data=st.data())
 @recorded
-def test_request_within_startup_bound_is_admitted(target, case: StartupCase, data) -> None:
+def test_request_within_startup_bound_is_admitted(target: Target, case: StartupCase, data) -> None:
     """Any request with ``num_tokens <= L`` is admitted on an empty pool of a started engine."""
     plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
     assume(plan.starts)
@@ -33,7 +34,7 @@ def test_request_within_startup_bound_is_admitted(target, case: StartupCase, dat
 
 @given(case=startup_cases(allow_auto=False, max_len=256), data=st.data())
 @recorded
-def test_admitted_workload_completes(target, case: StartupCase, data) -> None:
+def test_admitted_workload_completes(target: Target, case: StartupCase, data) -> None:
     """Admitted requests, with no new arrivals after the last, all finish (no stall, no raise)."""
     plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
     assume(plan.starts and plan.vllm_config.max_model_len >= 2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import assume, event
 
+from kvverify.targets.base import Target
 from kvverify.hypothesis_hooks import given
 from kvverify.invariants.base import assert_no_violations
 from kvverify.invariants.block_sizes import check_block_sizes
@@ -18,7 +19,7 @@ def _own(target):
 
 @given(case=block_size_cases())
 @recorded
-def test_resolved_block_sizes_accepted_by_coordinator(target, case: BlockSizeCase) -> None:
+def test_resolved_block_sizes_accepted_by_coordinator(target: Target, case: BlockSizeCase) -> None:
     """Whatever ``resolve_kv_cache_block_sizes`` returns, the coordinator accepts it."""
     sizes = sorted({g.kv_cache_spec.block_size for g in case.kv_cache_config.kv_cache_groups})
     event(f"distinct group sizes={min(len(sizes), 3)}")
@@ -28,7 +29,7 @@ def test_resolved_block_sizes_accepted_by_coordinator(target, case: BlockSizeCas
 
 @given(case=startup_cases(allow_auto=False))
 @recorded
-def test_planned_block_sizes_are_consistent(target, case: StartupCase) -> None:
+def test_planned_block_sizes_are_consistent(target: Target, case: StartupCase) -> None:
     """The same for every plan the planner produces."""
     plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
     assume(plan.groups)

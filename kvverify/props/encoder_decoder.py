@@ -22,9 +22,10 @@ from kvverify.invariants.base import Violation, assert_no_violations
 from kvverify.props.recorder import recorded
 from kvverify.reference.config import VllmConfig
 from kvverify.reference.grouping import get_global_kv_cache_groups
-from kvverify.reference.planner import blocks_per_request
+from kvverify.reference.planner import StartupPlan, blocks_per_request
 from kvverify.reference.specs import CrossAttentionSpec, FullAttentionSpec, KVCacheSpec
 from kvverify.strategies import BLOCK_SIZES, StartupCase, boundary_int, lengths, workloads
+from kvverify.targets.base import Target, TargetUnsupported
 
 
 @st.composite
@@ -48,6 +49,24 @@ def encoder_decoder_cases(draw, *, prefix_caching: bool | None = False, max_len:
     return StartupCase(replace(base, num_gpu_blocks_override=target), (specs,), "override", None, target, needed)
 
 
+def _refused_at_engine_build(target: Target, plan: StartupPlan) -> bool:
+    """Does building the engine (``target.scheduler(plan)``: upstream ``Scheduler`` ->
+    ``KVCacheManager`` -> KV cache coordinator) refuse the config? A startup refusal is a
+    refusal whatever its class, as in the differential: the reference raises a
+    :class:`KVVerifyError` naming the field, upstream's coordinator asserts
+    (``AssertionError``, as its neighbouring startup checks do). An input the target cannot
+    express (:class:`TargetUnsupported`) is not an answer and propagates."""
+    try:
+        target.scheduler(plan)
+    except TargetUnsupported:
+        raise
+    except (KVVerifyError, AssertionError) as e:
+        event(f"refused at engine build: {type(e).__name__}")
+        note(f"engine build refused: {type(e).__name__}: {str(e)[:200]}")
+        return True
+    return False
+
+
 def _completes(target, case: StartupCase, data) -> None:
     try:
         plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
@@ -60,11 +79,11 @@ def _completes(target, case: StartupCase, data) -> None:
             for w in work]
     note(f"num_blocks={plan.num_blocks} needed={plan.blocks_needed_per_request} per-group={plan.blocks_per_group}")
     event(f"caching={case.vllm_config.enable_prefix_caching}")
+    if _refused_at_engine_build(target, plan):
+        return  # refused at startup (the F8 fix): nothing is promised
     try:
         violations = check_workload_completes(target, plan, work)
     except (KVVerifyError, NotImplementedError, ValueError) as e:
-        if isinstance(e, KVVerifyError) and "enable_prefix_caching" in str(e):
-            return  # the F8 fix: refused when the engine is built
         violations = [Violation("encoder_decoder.raised", "a started encoder-decoder engine raised on a request",
                                 {"error": f"{type(e).__name__}: {e}"[:200], "num_blocks": plan.num_blocks})]
     assert_no_violations(violations)
@@ -72,7 +91,7 @@ def _completes(target, case: StartupCase, data) -> None:
 
 @given(case=encoder_decoder_cases(prefix_caching=False), data=st.data())
 @recorded
-def test_encoder_decoder_workload_completes(target, case: StartupCase, data) -> None:
+def test_encoder_decoder_workload_completes(target: Target, case: StartupCase, data) -> None:
     """A started encoder-decoder engine (cross-attention holding the encoder states) serves an
     admitted workload: every request finishes, no stall, no raise."""
     _completes(target, case, data)
@@ -81,6 +100,6 @@ def test_encoder_decoder_workload_completes(target, case: StartupCase, data) -> 
 @settings(phases=(Phase.explicit, Phase.reuse, Phase.generate))  # a strict known failure: no need to shrink
 @given(case=encoder_decoder_cases(prefix_caching=True), data=st.data())
 @recorded
-def test_encoder_decoder_with_prefix_caching_completes(target, case: StartupCase, data) -> None:
+def test_encoder_decoder_with_prefix_caching_completes(target: Target, case: StartupCase, data) -> None:
     """The same with an explicit ``enable_prefix_caching``: fails on upstream's behaviour (F8)."""
     _completes(target, case, data)

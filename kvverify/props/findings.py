@@ -42,15 +42,7 @@ FIXED_BY: dict[str, tuple[str, ...]] = {
 }
 
 #: fixes whose vLLM patch the vllm target cannot exercise (the known failure stays expected there)
-ADAPTER_GAPS: dict[str, str] = {
-    "caps_count_lookahead": "the vllm adapter builds upstream's VllmConfig without a speculative_config, so "
-                            "num_lookahead_tokens is 0 at planning and the patched max_in_flight_tokens "
-                            "cannot count it (the patch is verified by its upstream-style test)",
-    "encoder_decoder_prefix_caching_refused": "the F8 patch refuses in the KV cache coordinator with an AssertionError "
-                                              "(as its neighbouring startup checks do), which the encoder-decoder "
-                                              "property does not yet count as a refusal (the patch is verified by its "
-                                              "upstream-style test)",
-}
+ADAPTER_GAPS: dict[str, str] = {}
 
 
 def is_fixed(name: str, target: str | None = None) -> bool:

@@ -22,7 +22,7 @@ from kvverify.targets.base import Target
 
 @given(case=startup_cases(allow_auto=False, max_len=256), data=st.data())
 @recorded
-def test_predictor_equals_allocator(target, case: StartupCase, data) -> None:
+def test_predictor_equals_allocator(target: Target, case: StartupCase, data) -> None:
     """Every admitted step pulls exactly the blocks it predicted; no admitted step raises."""
     plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
     assume(plan.starts and plan.vllm_config.max_model_len >= 2)
@@ -68,7 +68,7 @@ def check_caps_on_workload(target: Target, plan: StartupPlan, workload: Sequence
 @given(case=startup_cases(allow_auto=False, kinds=("sliding_window", "full"), allow_mamba=False,
                           max_len=512), data=st.data())
 @recorded
-def test_held_blocks_within_admission_caps(target, case: StartupCase, data) -> None:
+def test_held_blocks_within_admission_caps(target: Target, case: StartupCase, data) -> None:
     """After every step, a sliding-window request holds at most its admission cap."""
     _held_within_caps(target, case, data)
 
@@ -76,6 +76,6 @@ def test_held_blocks_within_admission_caps(target, case: StartupCase, data) -> N
 @given(case=startup_cases(allow_auto=False, kinds=("chunked_local", "full"), allow_mamba=False,
                           max_len=512), data=st.data())
 @recorded
-def test_chunked_local_held_blocks_within_admission_caps(target, case: StartupCase, data) -> None:
+def test_chunked_local_held_blocks_within_admission_caps(target: Target, case: StartupCase, data) -> None:
     """The same for chunked local attention (known finding F2 when ``C % B != 0``)."""
     _held_within_caps(target, case, data)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import event, example, settings, target as hyp_target
 from hypothesis import strategies as st
 
+from kvverify.targets.base import Target
 from kvverify.hypothesis_hooks import given
 from kvverify.invariants.base import assert_no_violations
 from kvverify.invariants.startup import check_auto_fit, check_startup_vs_runtime
@@ -28,7 +29,7 @@ def _events(case: StartupCase, plan) -> None:
 @given(case=startup_cases(allow_auto=False, allow_mamba=False, kinds=("full", "mla")))
 @example(case=ex.F3_CASE)
 @recorded
-def test_startup_refusal_is_necessary(target, case: StartupCase) -> None:
+def test_startup_refusal_is_necessary(target: Target, case: StartupCase) -> None:
     """Check refuses => the full-length request really does not complete (not needlessly strict).
 
     Known finding F3: a generative request of length L computes KV for L - 1 tokens,
@@ -43,6 +44,9 @@ def test_startup_refusal_is_necessary(target, case: StartupCase) -> None:
     assert_no_violations(check_startup_vs_runtime(target, plan, 1))
 
 
+# `target` is left unannotated here only: a derandomized run seeds itself from the property's
+# source, and tests/test_reports.py's shrink-quality test expects this property's current
+# stream (another seed shrinks the null-block flaw into a local minimum mixed with F2).
 @given(case=startup_cases(allow_auto=False),
        outputs=st.one_of(st.just(1), st.integers(1, 48)))
 @recorded
@@ -57,7 +61,7 @@ def test_startup_check_passes_implies_servable(target, case: StartupCase, output
 
 @given(case=startup_cases(), outputs=st.one_of(st.just(1), st.integers(1, 48)))
 @recorded
-def test_auto_fit_is_servable_and_maximal(target, case: StartupCase, outputs: int) -> None:
+def test_auto_fit_is_servable_and_maximal(target: Target, case: StartupCase, outputs: int) -> None:
     """``max_model_len=-1`` picks a length that completes, and one more token would not pass."""
     if not case.vllm_config.auto_max_model_len:
         from dataclasses import replace
@@ -75,7 +79,7 @@ def test_auto_fit_is_servable_and_maximal(target, case: StartupCase, outputs: in
        outputs=st.one_of(st.just(1), st.integers(1, 48)))
 @example(case=ex.F4_CASE, outputs=1)
 @recorded
-def test_startup_check_passes_implies_servable_with_lookahead(target, case: StartupCase, outputs: int) -> None:
+def test_startup_check_passes_implies_servable_with_lookahead(target: Target, case: StartupCase, outputs: int) -> None:
     """The same with speculative lookahead slots (known finding F4 for SWA / chunked caps).
 
     Every step reserves ``M + num_lookahead_tokens`` slots, but the caps size in-flight
@@ -90,7 +94,7 @@ def test_startup_check_passes_implies_servable_with_lookahead(target, case: Star
 @settings(max_examples=60)
 @given(case=catalog_cases(), outputs=st.one_of(st.just(1), st.integers(1, 16)))
 @recorded
-def test_catalog_models_startup_agrees_with_runtime(target, case, outputs: int) -> None:
+def test_catalog_models_startup_agrees_with_runtime(target: Target, case, outputs: int) -> None:
     """Real architectures (models/): check passes => a full-length request completes.
 
     Lookahead slots are dropped here (they are finding F4's own property); a pure-Mamba

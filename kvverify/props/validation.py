@@ -45,7 +45,7 @@ def _pipeline(target: Target, case: StartupCase, field: str, value: int) -> None
 @given(case=startup_cases(allow_auto=False, max_len=128, sources=("override", "memory")),
        field=st.sampled_from(BAD_FIELDS), value=st.one_of(st.sampled_from((0, -1)), st.integers(-2**40, 0)))
 @recorded
-def test_bad_input_is_a_clear_error(target, case: StartupCase, field: str, value: int) -> None:
+def test_bad_input_is_a_clear_error(target: Target, case: StartupCase, field: str, value: int) -> None:
     """A non-positive field is refused with a ValueError naming it."""
     event(f"field={field}")
     try:

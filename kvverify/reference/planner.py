@@ -326,6 +326,16 @@ def _auto_fit_max_model_len(config: VllmConfig, worker_groups: Sequence[Sequence
     return best
 
 
+def per_layer_memory_usage_bytes(kv_cache_spec: Mapping[str, KVCacheSpec], vllm_config: VllmConfig) -> int:
+    """``max_memory_usage_bytes(vllm_config, kv_cache_spec.values())``: the per-layer sum the
+    public helpers compare. Under ``check_plans_computed_tokens`` (finding F3) each spec sizes
+    the tokens whose KV is written, as the patch's ``max_kv_tokens_per_request`` does."""
+    planned = arith.planned_request_tokens(vllm_config.max_model_len, vllm_config.num_lookahead_tokens)
+    if planned != vllm_config.max_model_len:
+        vllm_config = vllm_config.with_max_model_len(planned)
+    return sum(s.max_memory_usage_bytes(vllm_config) for s in kv_cache_spec.values())
+
+
 def estimate_max_model_len(vllm_config: VllmConfig, kv_cache_spec: Mapping[str, KVCacheSpec],
                            available_memory: int) -> int:
     """Public ``estimate_max_model_len``, as upstream: the largest length in ``[1, L]`` whose
@@ -342,8 +352,7 @@ def estimate_max_model_len(vllm_config: VllmConfig, kv_cache_spec: Mapping[str, 
         return estimate_max_model_len_from_groups(groups, vllm_config, available_memory - bytes_per_block(groups))
 
     def fits(length: int) -> bool:
-        config = vllm_config.with_max_model_len(length)
-        return sum(s.max_memory_usage_bytes(config) for s in kv_cache_spec.values()) <= available_memory
+        return per_layer_memory_usage_bytes(kv_cache_spec, vllm_config.with_max_model_len(length)) <= available_memory
 
     return binary_search_max(fits, vllm_config.planning_max_model_len)
 
@@ -367,7 +376,7 @@ def check_enough_kv_cache_memory(vllm_config: VllmConfig, kv_cache_spec: Mapping
     if check <= 0:
         raise StartupCheckError("No available memory for the cache blocks.", max_model_len=config.max_model_len,
                                 needed_bytes=0, available_bytes=check, estimated_max_model_len=0)
-    needed = sum(s.max_memory_usage_bytes(config) for s in kv_cache_spec.values())
+    needed = per_layer_memory_usage_bytes(kv_cache_spec, config)
     fixed = fixes.is_on("capacity_helpers_plan_like_engine")  # F6: the planner's grouped need
     if fixed:
         needed = max_memory_usage_bytes_from_groups(groups, config)

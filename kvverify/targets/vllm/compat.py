@@ -19,7 +19,12 @@ capability                  releases that differ
 ``tensor_layout``           <= 0.27: ``KVCacheTensor(size, shared_by)``
 ``block_size_resolution``   <= 0.19: no ``resolve_kv_cache_block_sizes`` (one block size)
 ``admission_gate``          <= 0.19: ``KVCacheManager.can_fit_full_sequence``
-``params``                  keyword drift of the coordinator, the manager, the scheduler
+``params``                  keyword drift of the coordinator, the manager, the scheduler;
+                            the in-flight window is ``max_num_batched_tokens`` in
+                            0.20-0.25, ``max_in_flight_tokens`` from 0.27, absent in
+                            0.19 (:meth:`Compat.in_flight_param`);
+                            ``_pool_bytes_per_block`` takes ``vllm_config`` in 0.25-0.28
+                            and 0.32+, only the groups in 0.22 and 0.29-0.31
 ==========================  =========================================================
 
 A knob a release does not have is dropped when it holds its neutral value (it then means
@@ -125,6 +130,15 @@ class Compat:
     def has(self, where: str, name: str) -> bool:
         return where in self.open_params or name in self.params.get(where, frozenset())
 
+    def in_flight_param(self, where: str) -> str | None:
+        """The keyword through which ``where`` (the coordinator / manager) receives the token
+        window the Scheduler passes: ``max_in_flight_tokens`` (>= 0.27),
+        ``max_num_batched_tokens`` (0.20 - 0.25, passed the scheduler's budget), ``None`` (0.19)."""
+        for name in ("max_in_flight_tokens", "max_num_batched_tokens"):
+            if name in self.params.get(where, frozenset()):
+                return name
+        return None
+
     def lacking(self) -> dict[str, str]:
         """Capability name -> what the release lacks, in words (for skip reasons and docs)."""
         out = {}
@@ -195,6 +209,9 @@ def detect(version: str, modules: Mapping[str, ModuleType | None]) -> Compat:
         "Request": _attr(m("vllm.v1.request"), "Request"),
         "ModelRunnerOutput": _attr(m("vllm.v1.outputs"), "ModelRunnerOutput"),
         "resolve_kv_cache_block_sizes": _attr(utils, "resolve_kv_cache_block_sizes"),
+        # (vllm_config, kv_cache_groups) in 0.25-0.28, 0.32+; (kv_cache_groups) in 0.22, 0.29-0.31;
+        # absent in 0.19-0.20
+        "_pool_bytes_per_block": _attr(planner, "_pool_bytes_per_block"),
     }
     sigs = {k: params(v) for k, v in callables.items() if v is not None}
     open_ = frozenset(k for k, v in callables.items() if v is not None and accepts_any_keyword(v))

@@ -28,7 +28,8 @@ def _model_config_stand_in(max_model_len: int, original_max_model_len: int) -> S
         # read by releases before 0.33 (Scheduler / structured output / routed experts)
         is_moe=False, enable_return_routed_experts=False, pooler_config=None, quantization=None,
         attention_chunk_size=None, enable_prompt_embeds=False, logits_processors=None,
-        supports_replayssm=False)
+        supports_replayssm=False,
+        uses_xdrope=False)  # 0.29.0's Scheduler reads it
 
 
 def runtime_len(config: VllmConfig) -> int:
@@ -37,6 +38,31 @@ def runtime_len(config: VllmConfig) -> int:
 
 def refuse_missing_knob(e: compat.KnobMissing, version: str) -> Any:
     return unsupported(f"vLLM {version}: {e}")
+
+
+def _set_lookahead(vc: Any, num_lookahead_tokens: int) -> None:
+    """Give ``vc`` the ``num_lookahead_tokens`` a speculative config would (planning, the
+    KV cache manager's ``max_in_flight_tokens`` and the Scheduler read the property).
+
+    Releases with the ``VllmConfig.num_lookahead_tokens`` property (0.28 and later) get it through a subclass whose
+    property returns the value; a stand-in speculative config would also switch on
+    ``num_speculative_tokens`` (draft slots, spec-token padding), which kvverify's config does
+    not model. Releases without the property derive lookahead inside the Scheduler only
+    (:class:`~kvverify.targets.vllm.scheduler.UpstreamScheduler` sets it there)."""
+    cls = type(vc)
+    if not isinstance(getattr(cls, "num_lookahead_tokens", None), property):
+        return
+    sub = _LOOKAHEAD_CLASSES.get(cls)
+    if sub is None:
+        sub = _LOOKAHEAD_CLASSES[cls] = type(cls.__name__, (cls,), {
+            "__module__": cls.__module__,
+            "num_lookahead_tokens": property(lambda self: self.kvverify_num_lookahead_tokens,
+                                             doc="kvverify: the config's num_lookahead_tokens")})
+    object.__setattr__(vc, "kvverify_num_lookahead_tokens", num_lookahead_tokens)
+    vc.__class__ = sub
+
+
+_LOOKAHEAD_CLASSES: dict[type, type] = {}
 
 
 def upstream_config(config: VllmConfig, *, max_model_len: int | None = None) -> Any:
@@ -81,6 +107,8 @@ def upstream_config(config: VllmConfig, *, max_model_len: int | None = None) -> 
     # is assigned afterwards (no validation on assignment).
     vc.model_config = _model_config_stand_in(length, -1 if auto else length)
     vc.scheduler_config.max_num_encoder_input_tokens = config.encoder_tokens
+    if config.num_lookahead_tokens:
+        _set_lookahead(vc, config.num_lookahead_tokens)
     if up.register_all_kvcache_specs is not None:
         up.register_all_kvcache_specs(vc)
     return vc

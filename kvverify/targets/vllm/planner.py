@@ -108,20 +108,25 @@ def _bytes_per_block(up: Any, vc: Any, groups: list[Any]) -> int:
     if up.get_kv_cache_config_builder is not None and hasattr(p, "_pool_bytes_per_block_from_builder"):
         return int(p._pool_bytes_per_block_from_builder(up.get_kv_cache_config_builder(vc), vc, groups))
     if hasattr(p, "_pool_bytes_per_block"):
-        return int(p._pool_bytes_per_block(vc, groups))
+        # 0.22 and 0.29 - 0.31 take only the groups (compat: the detected signature)
+        if up.compat.has("_pool_bytes_per_block", "vllm_config"):
+            return int(p._pool_bytes_per_block(vc, groups))
+        return int(p._pool_bytes_per_block(groups))
     # the page of one block summed over one layer per group and the layers of the largest group
     page = groups[0].kv_cache_spec.page_size_bytes
     return int(page * max(len(g.layer_names) for g in groups))
 
 
 def _probe_starts(target: Any, memory_pages: int, override: int | None) -> bool:
-    """Does the release's own ``get_kv_cache_configs`` start a one-layer model (B=1, L=2)
-    on ``memory_pages`` pages (and ``num_gpu_blocks_override``)?"""
+    """Does the release's own ``get_kv_cache_configs`` start a one-layer model (B=2, L=4)
+    on ``memory_pages`` pages (and ``num_gpu_blocks_override``)? One request needs 2 blocks
+    whether the check plans ``L`` or ``L - 1`` tokens (finding F3's fix), so the answer
+    does not depend on that patch."""
     up = target.up
-    spec = kv.FullAttentionSpec(block_size=1, num_kv_heads=1, head_size=8, dtype="float32")
+    spec = kv.FullAttentionSpec(block_size=2, num_kv_heads=1, head_size=8, dtype="float32")
     tr = Translator(up)
     specs = [{"probe.0": tr.spec(spec)}]
-    config = VllmConfig(block_size=1, max_model_len=2, num_gpu_blocks_override=override,
+    config = VllmConfig(block_size=2, max_model_len=4, num_gpu_blocks_override=override,
                         kv_cache_memory_bytes=max(memory_pages, 1) * spec.page_size_bytes,
                         enable_prefix_caching=False)
     vc = upstream_config(config)
@@ -286,6 +291,9 @@ def coordinator_kwargs(target: Any, cfg: Any, max_model_len: int, vllm_config: V
               hash_block_size=hash_block_size)
     if not caps.has("get_kv_cache_coordinator", "max_in_flight_tokens"):
         kw["max_in_flight_tokens"] = None  # the release sizes no in-flight window
+        if caps.in_flight_param("get_kv_cache_coordinator") == "max_num_batched_tokens":
+            # 0.20 - 0.25: the window is the scheduler's token budget (as their Scheduler passes)
+            kw["max_num_batched_tokens"] = vllm_config.max_num_batched_tokens
     if not caps.block_size_resolution:
         kw["scheduler_block_size"] = kw["hash_block_size"] = None
     if caps.has("get_kv_cache_coordinator", "block_size") and not caps.has("get_kv_cache_coordinator",

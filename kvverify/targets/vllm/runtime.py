@@ -96,6 +96,9 @@ def kv_cache_manager(target: Any, plan: StartupPlan) -> UpstreamKVCacheManager:
         kw["scheduler_block_size"] = None  # one block size: the hash block size is the cache's
     if not caps.has("KVCacheManager", "max_in_flight_tokens"):
         kw["max_in_flight_tokens"] = None
+        if caps.in_flight_param("KVCacheManager") == "max_num_batched_tokens":
+            # 0.20 - 0.25: their Scheduler passes scheduler_config.max_num_batched_tokens
+            kw["max_num_batched_tokens"] = u.vc.scheduler_config.max_num_batched_tokens
     try:
         kw = compat.fit_kwargs(caps, "KVCacheManager", kw, MANAGER_NEUTRAL)
     except compat.KnobMissing as e:
