@@ -39,6 +39,9 @@ def _accepts(case: BlockSizeCase, scheduler: int, hash_size: int) -> bool:
 
 
 def _check(target: Target, case: BlockSizeCase, data) -> None:
+    require = getattr(target, "require_feature", None)
+    if require is not None:
+        require("coordinator_block_sizes")  # vLLM 0.20 - 0.22: skipped with the reason
     try:
         scheduler, hash_size = target.resolve_block_sizes(case.kv_cache_config, case.vllm_config)
     except BlockSizeError:

@@ -483,3 +483,21 @@ def test_an_example_the_release_refuses_is_rejected_not_a_block_size_crash() -> 
     with pytest.raises(Unsatisfiable):
         run()
     assert answers == []
+
+
+def test_coordinator_without_scheduler_block_size_gets_the_hash_block_size_alone() -> None:
+    """0.20 - 0.22: ``resolve_kv_cache_block_sizes`` exists, but the coordinator takes only
+    ``hash_block_size`` (the scheduler block size goes to ``Scheduler(block_size=...)``)."""
+    from kvverify.targets.vllm.planner import coordinator_kwargs
+    mods = _release_0_25()
+
+    def get_kv_cache_coordinator(kv_cache_config, max_model_len, max_num_batched_tokens, use_eagle, enable_caching,
+                                 enable_kv_cache_events, dcp_world_size, pcp_world_size, hash_block_size,
+                                 metrics_collector=None): ...
+
+    mods["vllm.v1.core.kv_cache_coordinator"] = _module("c", get_kv_cache_coordinator=get_kv_cache_coordinator)
+    caps = compat.detect("0.20.0", mods)
+    assert caps.block_size_resolution and not caps.has("get_kv_cache_coordinator", "scheduler_block_size")
+    vc = SimpleNamespace(max_in_flight_tokens=4096, max_num_batched_tokens=2048, enable_prefix_caching=True)
+    kw = coordinator_kwargs(SimpleNamespace(up=SimpleNamespace(compat=caps)), "cfg", 100, vc, 48, 16)  # type: ignore[arg-type]
+    assert kw["hash_block_size"] == 16 and "scheduler_block_size" not in kw

@@ -296,6 +296,10 @@ def coordinator_kwargs(target: Any, cfg: Any, max_model_len: int, vllm_config: V
             kw["max_num_batched_tokens"] = vllm_config.max_num_batched_tokens
     if not caps.block_size_resolution:
         kw["scheduler_block_size"] = kw["hash_block_size"] = None
+    elif not caps.has("get_kv_cache_coordinator", "scheduler_block_size"):
+        # 0.20 - 0.22 resolve a scheduler block size but hand it to the Scheduler only
+        # (Scheduler(block_size=...)); their coordinator receives the hash block size alone
+        kw["scheduler_block_size"] = None
     if caps.has("get_kv_cache_coordinator", "block_size") and not caps.has("get_kv_cache_coordinator",
                                                                             "hash_block_size"):
         kw["block_size"] = hash_block_size

@@ -49,6 +49,11 @@ class VllmTarget:
         if feature == "admission_caps" and not self.compat.has("get_num_blocks_to_allocate", "apply_admission_cap"):
             lacks(self.version, "has no SWA / chunked-local admission caps (get_num_blocks_to_allocate "
                                 "has no apply_admission_cap): a cap the release does not have cannot be checked")
+        # ``"coordinator_block_sizes"``: the coordinator receives the scheduler block size (>= 0.25)
+        if feature == "coordinator_block_sizes" and not self.compat.has("get_kv_cache_coordinator",
+                                                                         "scheduler_block_size"):
+            lacks(self.version, "has no scheduler_block_size in get_kv_cache_coordinator (the Scheduler alone "
+                                "gets it): its coordinator cannot judge a (scheduler, hash) block-size pair")
 
     def expects_finding(self, finding: str) -> bool:
         """Whether known finding ``finding`` (``"F3"``) exists in this release (measured table)."""
