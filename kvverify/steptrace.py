@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple, Sequence
 
+from kvverify.reference import arith
+
 COLUMNS = ("step", "running", "waiting", "free_blocks", "scheduled_tokens", "held",
            "preempted", "admitted", "refused")
 
@@ -64,8 +66,9 @@ class StepTrace:
 
     @property
     def usable_blocks(self) -> int:
-        """``N - 1``: block 0 is the null block."""
-        return max(self.num_blocks - 1, 0)
+        """``N - 1`` (:func:`kvverify.reference.arith.usable_blocks`): block 0 is the null block;
+        0 for an empty pool."""
+        return max(arith.usable_blocks(self.num_blocks), 0)
 
     def to_json(self) -> dict[str, Any]:
         return {"groups": list(self.groups), "num_blocks": self.num_blocks,
