@@ -7,6 +7,8 @@
 #    data checks + memory_allocated + mem_get_info at 0.9; a small hybrid plan and a mutation);
 # 3. kvverify harness --device cuda on a catalog model, 8 GiB, every check;
 # 4. the same at the full mem_get_info budget (gpu_memory_utilization 0.9), memory checks only.
+# 5. the whole harness suite (cpu, meta and cuda tests) under this machine's torch, -n 8.
+# GPU_CHECK_OUT=DIR keeps the evidence there: JSON reports of steps 3-4, junit XML of 2 and 5.
 # Exit status: 0 when every step passed; otherwise the number of failed steps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +16,9 @@ PY=${PYTHON:-python3}
 MODEL=${KVVERIFY_GPU_MODEL:-llama-3.1-8b}
 FULL_MODEL=${KVVERIFY_GPU_FULL_MODEL:-gemma-3-27b}
 failed=0
+OUTDIR=${GPU_CHECK_OUT:-}
+[ -n "$OUTDIR" ] && mkdir -p "$OUTDIR"
+junit() { [ -n "$OUTDIR" ] && echo "--junitxml=$OUTDIR/$1.xml"; }
 
 echo "== environment =="
 if ! "$PY" -c "import torch" 2>/dev/null; then
@@ -46,11 +51,23 @@ step() {  # step NAME TIMEOUT CMD...
   [ "$rc" -eq 0 ] || failed=$((failed + 1))
 }
 
-step "pytest -m cuda" 300 "$PY" -m pytest properties/test_harness.py -m cuda -q -rs -p no:randomly
-step "harness $MODEL, 8 GiB, all checks" 180 "${HARNESS[@]}" --model "$MODEL" --device cuda \
-  --kv-cache-memory-bytes $((8 * 1024 * 1024 * 1024)) --max-model-len 32768
-step "harness $FULL_MODEL, full budget at 0.9, memory checks" 180 "${HARNESS[@]}" --model "$FULL_MODEL" \
-  --device cuda --gpu-memory-utilization 0.9 --max-model-len 32768 --no-data-checks
+harness_step() {  # harness_step NAME FILE ARGS...: a harness run, its JSON report kept in OUTDIR
+  local name=$1 file=$2; shift 2
+  if [ -n "$OUTDIR" ]; then
+    step "$name" 180 bash -c '"$@" --json > "'"$OUTDIR/$file"'"; rc=$?; cat "'"$OUTDIR/$file"'"; exit $rc' _ "$@"
+  else
+    step "$name" 180 "$@"
+  fi
+}
+
+step "pytest -m cuda" 300 "$PY" -m pytest properties/test_harness.py -m cuda -q -rs -p no:randomly $(junit cuda)
+harness_step "harness $MODEL, 8 GiB, all checks" "harness-$MODEL.json" "${HARNESS[@]}" --model "$MODEL" \
+  --device cuda --kv-cache-memory-bytes $((8 * 1024 * 1024 * 1024)) --max-model-len 32768
+harness_step "harness $FULL_MODEL, full budget at 0.9, memory checks" "harness-$FULL_MODEL-full.json" \
+  "${HARNESS[@]}" --model "$FULL_MODEL" --device cuda --gpu-memory-utilization 0.9 --max-model-len 32768 \
+  --no-data-checks
+step "harness suite, every device, -n 8" 300 "$PY" -m pytest properties/test_harness.py \
+  tests/test_harness_mutations.py -q -rs -p no:randomly -n 8 --hypothesis-profile=ci $(junit suite)
 
 echo; echo "== gpu_harness_check: $failed step(s) failed =="
 exit "$failed"
