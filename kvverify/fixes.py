@@ -60,6 +60,10 @@ CATALOG: dict[str, Fix] = {f.name: f for f in (
         "an explicit enable_prefix_caching on a model with cross-attention layers is refused (or turned "
         "off) at startup, as is_prefix_caching_supported already says for encoder-decoder models, instead "
         "of CrossAttentionManager raising NotImplementedError on the first request's prefix lookup"),
+    Fix("mamba_align_bound_exact", "F9-mamba-align-bound-slack",
+        "MambaSpec.max_memory_usage_bytes in align mode reserves 1 + S pages, not 2 + S + P, when the "
+        "tokens a request is sized by fit in one block (T <= B; T = L, or L - 1 under "
+        "check_plans_computed_tokens): no previous state block is ever held, no checkpoint taken"),
 )}
 
 _SWITCHES = Switches("fix", CATALOG)

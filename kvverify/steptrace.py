@@ -249,3 +249,136 @@ class StepRecorder:
             error=error, preemptions=self.preemptions, refusals=self.refusals,
             completed=stall_reason is None and error is None, max_num_seqs=self.max_num_seqs)
         return self.result
+
+
+# --- state machines: one row per rule step ----------------------------------------------
+
+RULE_COLUMNS = ("step", "rule", "live", "free_blocks", "held", "allocated", "freed", "hits", "evicted")
+
+
+class RuleStep(NamedTuple):
+    """The pool after one rule of a state machine's program, and what the rule did to it.
+
+    ``step`` 0 is the ``@initialize`` rule; ``live``: requests admitted and not freed;
+    ``held``: distinct real blocks held per KV cache group; ``free_blocks``: the free queue
+    (evictable cached blocks included); ``allocated``: blocks ``get_new_blocks`` handed out;
+    ``freed``: blocks whose reference count reached 0 (back in the free queue); ``hits``:
+    prefix-cache hit blocks ``touch``-ed; ``evicted``: prefix-cache entries dropped (a
+    cached free block handed out again, or ``reset_prefix_cache``).
+    """
+
+    step: int
+    rule: str
+    live: int
+    free_blocks: int
+    held: tuple[int, ...]
+    allocated: int
+    freed: int
+    hits: int
+    evicted: int
+
+
+@dataclass(frozen=True)
+class RuleTrace:
+    """A state machine's run, rule by rule; ``failed_step``: the step the run failed in."""
+
+    groups: tuple[str, ...]
+    num_blocks: int
+    rows: tuple[RuleStep, ...]
+    failed_step: int | None = None
+    failure: str | None = None
+
+    @property
+    def usable_blocks(self) -> int:
+        """``N - 1`` (:func:`kvverify.reference.arith.usable_blocks`); 0 for an empty pool."""
+        return max(arith.usable_blocks(self.num_blocks), 0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"groups": list(self.groups), "num_blocks": self.num_blocks, "usable_blocks": self.usable_blocks,
+                "failed_step": self.failed_step, "failure": self.failure, "columns": list(RULE_COLUMNS),
+                "rows": [[r.step, r.rule, r.live, r.free_blocks, list(r.held), r.allocated, r.freed, r.hits,
+                          r.evicted] for r in self.rows]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RuleTrace:
+        rows = tuple(RuleStep(int(r[0]), str(r[1]), int(r[2]), int(r[3]), tuple(int(h) for h in r[4]),
+                              int(r[5]), int(r[6]), int(r[7]), int(r[8])) for r in data.get("rows") or ())
+        failed = data.get("failed_step")
+        return cls(groups=tuple(str(g) for g in data.get("groups") or ()), num_blocks=int(data["num_blocks"]),
+                   rows=rows, failed_step=None if failed is None else int(failed), failure=data.get("failure"))
+
+
+class RuleRecorder:
+    """Records a :class:`RuleTrace` while a state machine runs over a ``KVCacheManager``.
+
+    Counts the pool's events by wrapping this pool instance's ``get_new_blocks``, ``touch``,
+    ``free_blocks`` and ``reset_prefix_cache``; the machine calls :meth:`step` at the start
+    of every rule (closing the previous row: the state after that rule and the invariants
+    run after it) and :meth:`close` in ``teardown``. Only a report's replay records.
+    """
+
+    def __init__(self, kv_cache_manager: Any, live: Any) -> None:
+        self.kvm = kv_cache_manager
+        self.live = live  # () -> number of live requests
+        self.groups = group_labels(kv_cache_manager)
+        pool = kv_cache_manager.block_pool
+        self.num_blocks = int(pool.num_gpu_blocks)
+        self.rows: list[RuleStep] = []
+        self._open: tuple[int, str] | None = None
+        self._events = [0, 0, 0, 0]  # allocated, freed, hits, evicted
+        ev = self._events
+        get_new, touch, free_blocks, reset = pool.get_new_blocks, pool.touch, pool.free_blocks, \
+            pool.reset_prefix_cache
+
+        def cached() -> int:
+            return sum(1 for _ in pool.cached_entries())
+
+        def get_new_blocks(num_blocks: int) -> Any:
+            before = cached()
+            got = get_new(num_blocks)
+            ev[0] += len(got)
+            ev[3] += before - cached()
+            return got
+
+        def touch_(blocks: Any) -> None:
+            blocks = list(blocks)
+            touch(blocks)
+            ev[2] += sum(1 for b in blocks if not b.is_null)
+
+        def free_blocks_(ordered: Any) -> None:
+            ordered = list(ordered)
+            free_blocks(ordered)
+            ev[1] += len({b.block_id for b in ordered if not b.is_null and b.ref_cnt == 0})
+
+        def reset_prefix_cache() -> bool:
+            before = cached()
+            done = reset()
+            ev[3] += before - cached()
+            return bool(done)
+
+        pool.get_new_blocks, pool.touch, pool.free_blocks = get_new_blocks, touch_, free_blocks_
+        pool.reset_prefix_cache = reset_prefix_cache
+
+    def step(self, rule: str) -> None:
+        """A rule starts: close the previous row, open one for ``rule``."""
+        self._close_row()
+        self._open = (len(self.rows), rule)
+
+    def close(self) -> None:
+        """The run ended (``teardown``): close the open row."""
+        self._close_row()
+
+    def _close_row(self) -> None:
+        if self._open is None:
+            return
+        step, rule = self._open
+        self.rows.append(RuleStep(step, rule, int(self.live()), self.kvm.get_num_free_blocks(),
+                                  held_per_group(self.kvm), *self._events))
+        self._events[:] = [0, 0, 0, 0]
+        self._open = None
+
+    def result(self, failed: bool, failure: str | None = None) -> RuleTrace:
+        """The trace; when ``failed``, the last row is the step the run failed in."""
+        self._close_row()
+        at = self.rows[-1].step if failed and self.rows else None
+        return RuleTrace(self.groups, self.num_blocks, tuple(self.rows), at, failure if failed else None)

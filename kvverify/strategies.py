@@ -21,7 +21,7 @@ from kvverify.errors import KVVerifyError
 from kvverify.reference.grouping import get_global_kv_cache_groups
 from kvverify.reference.planner import KVCacheConfig, blocks_per_request, bytes_per_block
 from kvverify.reference import kinds as spec_kinds
-from kvverify.reference.specs import FullAttentionSpec, KVCacheSpec, MambaSpec
+from kvverify.reference.specs import AttentionSpec, FullAttentionSpec, KVCacheSpec, MambaSpec
 
 BLOCK_SIZES = (16, 8, 4, 32, 1, 2, 64)  # shrinks toward 16, the upstream default
 #: Kinds with a registered layer builder (``kvverify.reference.kinds``), in registry order;
@@ -81,6 +81,9 @@ _HEADS = _sampled((1, 2))
 _HEAD_SIZES = _sampled((8, 2, 4))
 _DTYPES = _sampled(("bfloat16", "float32", "fp8"))
 _RETENTION = _sampled((0, None))
+_WATERMARKS = st.one_of(st.just(0.0), _sampled((0.01, 0.1, 0.5)))  # off half the time
+#: kinds a disabled hybrid manager promotes to full attention (the recycling ones)
+_LOCAL_KINDS = frozenset(k.name for k in spec_kinds.recycling_kinds())
 
 
 @_memoized
@@ -142,6 +145,7 @@ def model_specs(draw, block_size: int, max_model_len: int, *, mamba_mode: str = 
     attn_block = block_size
     has_attention = any(k != "mamba" for k in kinds_drawn)
     mamba_state = None
+    mamba_blocks: dict[str, int] = {}
     if "mamba" in kinds_drawn:
         conv = draw(st.integers(1, 4))
         state = draw(st.integers(1, 64))
@@ -150,26 +154,54 @@ def model_specs(draw, block_size: int, max_model_len: int, *, mamba_mode: str = 
         if has_attention:
             p1 = FullAttentionSpec(block_size=1, num_kv_heads=heads, head_size=head_size, dtype=dtype).page_size_bytes
             attn_block = arith.hybrid_attention_block_size(mamba_page, p1, block_size, block_size)
+        # MambaSpec.num_speculative_blocks (upstream: num_speculative_tokens) and
+        # num_prefill_checkpoint_blocks (layers that export a prefill checkpoint): 0 first
+        mamba_blocks = dict(num_speculative_blocks=draw(st.integers(0, 3)),
+                            num_prefill_checkpoint_blocks=draw(st.integers(0, 1)))
+    # AttentionSpec.page_size_padded (upstream: an aligned MLA page, a layer padded to a shared
+    # page): the kinds drawn padded (none first), each page grown by `pad` bytes (0 first)
+    attention_kinds = sorted({k for k in kinds_drawn if k != "mamba"})
+    padded_kinds = draw(st.frozensets(_sampled(tuple(attention_kinds)))) if attention_kinds else frozenset()
+    pad = draw(st.integers(0, 2 * FullAttentionSpec(block_size=attn_block, num_kv_heads=heads, head_size=head_size,
+                                                    dtype=dtype).page_size_bytes)) if padded_kinds else 0
     specs: dict[str, KVCacheSpec] = {}
     for i, kind in enumerate(kinds_drawn):
         name = f"model.layers.{i}"
         common = dict(block_size=attn_block, num_kv_heads=heads, head_size=head_size, dtype=dtype)
         registered = spec_kinds.resolve(kind)
         if registered.build_layer is not None:
-            specs[name] = registered.build_layer(common, sizes)
+            layer = registered.build_layer(common, sizes)
+            if kind in padded_kinds and isinstance(layer, AttentionSpec):
+                layer = replace(layer, page_size_padded=layer.real_page_size_bytes + pad)
+            specs[name] = layer
         elif registered.spec_cls is not MambaSpec:
             raise ValueError(f"kinds: {kind!r} has no generator ({registered.no_generator_reason})")
         else:
             assert mamba_state is not None
             mamba_block = attn_block if mamba_mode == "align" else max_model_len
             spec = MambaSpec(block_size=mamba_block, shapes=mamba_state, dtypes=(dtype, "float32"),
-                             mamba_cache_mode=mamba_mode)
+                             mamba_cache_mode=mamba_mode, **mamba_blocks)
             if has_attention:
                 attn_page = FullAttentionSpec(**common).page_size_bytes
                 if attn_page > spec.page_size_bytes:
                     spec = replace(spec, page_size_padded=attn_page)
             specs[name] = spec
+    if padded_kinds and not _groupable(specs):
+        # a padded page that the others' cannot be unified with (an MLA page, which upstream
+        # never pads at unification, not dividing the largest): upstream refuses such a model
+        # at startup; draw it unpadded instead
+        specs = {n: replace(s, page_size_padded=None) if isinstance(s, AttentionSpec) else s
+                 for n, s in specs.items()}
     return specs
+
+
+def _groupable(specs: dict[str, KVCacheSpec], vllm_config: VllmConfig | None = None) -> bool:
+    """Whether upstream's grouping accepts the layers (``get_kv_cache_groups`` raises otherwise)."""
+    try:
+        get_global_kv_cache_groups(vllm_config or VllmConfig(), [specs])
+    except KVVerifyError:
+        return False
+    return True
 
 
 @_memoized
@@ -204,8 +236,11 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
     with ``delta`` in ``{0, -1, +1, +-2}`` first. Knobs: ``sources``, ``max_layers``,
     ``kinds``, ``allow_mamba``, ``allow_auto`` (``max_model_len=-1``), ``max_len``,
     ``workers`` (sometimes two workers with different memory), ``lookahead`` (draw
-    ``num_lookahead_tokens`` in 1..8, as speculative decoding reserves), ``prefix_caching``
-    (``None``: drawn; ``True`` / ``False``: fixed).
+    ``num_lookahead_tokens`` in 1..8, as speculative decoding reserves, and
+    ``num_prefill_lookahead_tokens`` below both it and the budget), ``prefix_caching``
+    (``None``: drawn; ``True`` / ``False``: fixed). Also drawn, each shrinking to upstream's
+    default: ``disable_hybrid_kv_cache_manager`` (where it changes the plan), the scheduling
+    policy, ``max_num_seqs`` and ``watermark``.
     """
     block_size = draw(_BLOCK_SIZES)
     max_model_len = draw(lengths(block_size, low=2, high=max_len))
@@ -217,9 +252,16 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
     block_size = effective_block_size(specs, block_size, max_model_len, mamba_mode)
     budget = draw(_budgets(block_size))
     auto = allow_auto and draw(st.booleans()) and draw(st.booleans())
+    # --disable-hybrid-kv-cache-manager (off first): drawn where it changes the plan (local
+    # layers next to other attention: promoted to full attention, keeping their window as
+    # FullAttentionSpec.sliding_window / attention_chunk_size) and upstream accepts the layers
+    disable_hybrid = False
+    kinds_present = {s.kind for s in specs.values()}
+    if kinds_present & _LOCAL_KINDS and kinds_present - _LOCAL_KINDS and draw(st.booleans()):
+        disable_hybrid = _groupable(specs, VllmConfig(disable_hybrid_kv_cache_manager=True))
     base = VllmConfig(block_size=block_size, max_model_len=max_model_len, max_num_batched_tokens=budget,
                       enable_prefix_caching=prefix_caching, mamba_cache_mode=mamba_mode,
-                      num_gpu_blocks_override=1)
+                      num_gpu_blocks_override=1, disable_hybrid_kv_cache_manager=disable_hybrid)
     try:
         groups = get_global_kv_cache_groups(base, [specs])
     except KVVerifyError:
@@ -232,6 +274,7 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
     memory = target * bpb + extra
     kw: dict = dict(block_size=block_size, max_num_batched_tokens=budget,
                     enable_prefix_caching=prefix_caching, mamba_cache_mode=mamba_mode,
+                    disable_hybrid_kv_cache_manager=disable_hybrid,
                     num_lookahead_tokens=draw(st.integers(1, 8)) if lookahead else 0,
                     # upstream's default 0 (sparse SWA / Mamba retention) first, else dense
                     prefix_cache_retention_interval=draw(_RETENTION))
@@ -256,6 +299,14 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
     # upstream SchedulerConfig.policy (last draw: shrinks to fcfs, leaves earlier draws alone)
     kw["scheduling_policy"] = draw(_sampled(("fcfs", "priority")))
     kw["max_num_seqs"] = draw(_sampled((128, 1, 2)))  # 1-2: the running cap binds (<= 4 requests)
+    # upstream SchedulerConfig.watermark (0 first): headroom kept when admitting next to running work
+    kw["watermark"] = draw(_WATERMARKS)
+    if lookahead:
+        # VllmConfig.num_prefill_lookahead_tokens (0 without a drafter, 1 for EAGLE, up to the
+        # speculative tokens for multi-module MTP); grouping retains `n - 1` more SWA tokens.
+        # Below the token budget: upstream refuses max_num_batched_tokens <= num_lookahead_tokens
+        # (>= this) with a drafter (VllmConfig._set_max_num_scheduled_tokens)
+        kw["num_prefill_lookahead_tokens"] = draw(st.integers(0, min(kw["num_lookahead_tokens"], budget - 1)))
     return StartupCase(VllmConfig(**kw), worker_specs, source, available, target, needed)
 
 
@@ -274,6 +325,14 @@ def _extra_bytes(bpb: int) -> st.SearchStrategy[int]:
 @_memoized
 def _override_memory(memory: int, bpb: int) -> st.SearchStrategy[int]:
     return st.one_of(st.just(4 * memory + bpb), st.integers(1, 4 * memory + 1))
+
+
+def override_memory(memory: int, bpb: int) -> st.SearchStrategy[int]:
+    """The profiled KV memory beside ``num_gpu_blocks_override`` (``memory``: the override's
+    blocks in bytes): generous first (``4 * memory + bpb``, the #27181 setting: a small
+    override on a big GPU), else 1 .. that. The count comes from the override; a release whose
+    check reads the profiled memory instead (<= 0.20) is judged on it."""
+    return _override_memory(memory, bpb)
 
 
 @_memoized

@@ -72,6 +72,7 @@ FORMULAS: dict[str, st.SearchStrategy[tuple]] = {
     "chunked_local_admission_blocks": args(p, p, p, p),
     "max_in_flight_tokens": args(p, p, n),
     "mamba_max_blocks": args(flag, n, st.builds(N, st.integers(0, 1))),
+    "mamba_startup_blocks": args(flag, n, st.builds(N, st.integers(0, 1)), p, p),
     "cross_attention_blocks": args(n, p),
     "capped_blocks": args(n, n, flag),
     "pages_for_bytes": args(n, p),

@@ -498,7 +498,8 @@ def _finding_f2(t) -> None:
 
     spec = {"l0": ChunkedLocalAttentionSpec(block_size=32, num_kv_heads=1, head_size=8, attention_chunk_size=3)}
     plan = t.plan(VllmConfig(block_size=32, max_model_len=64, max_num_batched_tokens=8,
-                             num_gpu_blocks_override=2, enable_prefix_caching=False), [spec])
+                             num_gpu_blocks_override=2, enable_prefix_caching=False,
+                             kv_cache_memory_bytes=1 << 20), [spec])  # the override alone sizes the pool
     assert plan.starts and plan.blocks_per_group == (1,)
     result = t.run_workload(plan, [full_length_request(64, 1)])
     assert result.stall_reason == "no_progress" and result.preemptions > 0, "F2 no longer reproduces"
@@ -510,9 +511,12 @@ def _finding_f3(t) -> None:
     from kvverify.reference.specs import FullAttentionSpec
     from kvverify.reference.workloads import full_length_request
 
-    plan = t.plan(VllmConfig(block_size=1, max_model_len=2, num_gpu_blocks_override=2,
-                             kv_cache_memory_bytes=1 << 20),  # the override alone sizes the pool
-                  [{"l0": FullAttentionSpec(block_size=1, num_kv_heads=1, head_size=8)}])
+    spec = FullAttentionSpec(block_size=1, num_kv_heads=1, head_size=8)
+    # N = 2 from the memory, not an override: every release's check reads it (<= 0.20 ignore
+    # the override), so where F3 is absent (no null block reserved) it is the check that accepts
+    plan = t.plan(VllmConfig(block_size=1, max_model_len=2, kv_cache_memory_bytes=2 * spec.page_size_bytes),
+                  [{"l0": spec}])
+    assert plan.num_blocks == 2
     assert not plan.starts, "F3 no longer reproduces: the check accepts L=2, B=1, N=2"
     assert t.run_workload(plan, [full_length_request(2, 1)]).completed
 
@@ -527,7 +531,8 @@ def _finding_f4(t) -> None:
 
     spec = {"l0": SlidingWindowSpec(block_size=2, num_kv_heads=1, head_size=8, sliding_window=2)}
     plan = t.plan(VllmConfig(block_size=2, max_model_len=7, max_num_batched_tokens=2, num_gpu_blocks_override=4,
-                             num_lookahead_tokens=3, enable_prefix_caching=False), [spec])
+                             num_lookahead_tokens=3, enable_prefix_caching=False,
+                             kv_cache_memory_bytes=1 << 20), [spec])  # the override alone sizes the pool
     assert plan.starts and plan.blocks_per_group == (3,)
     result = t.run_workload(plan, [full_length_request(7, 1)])
     assert result.stall_reason == "no_progress" and result.preemptions >= 10, "F4 no longer reproduces"
@@ -628,8 +633,29 @@ def _finding_f8(t) -> None:
         t.run_workload(plan, work)
 
 
+def _finding_f9(t) -> None:
+    """F9: Mamba ``align`` reserves ``2 + S + P`` pages per request, yet a request whose tokens fit in
+    one block holds one state block (+ S): the check refuses a pool it would be served on
+    (B=16, L=16, N=2: one usable block). Two blocks' worth of tokens (L=18) really need two."""
+    from kvverify.reference.config import VllmConfig
+    from kvverify.reference.specs import MambaSpec
+    from kvverify.reference.workloads import full_length_request
+
+    def plan(max_model_len: int):
+        spec = {"m": MambaSpec(block_size=16, shapes=((4, 8),), dtypes=("float16",), mamba_cache_mode="align")}
+        return t.plan(VllmConfig(block_size=16, max_model_len=max_model_len, num_gpu_blocks_override=2,
+                                 enable_prefix_caching=True, mamba_cache_mode="align",
+                                 kv_cache_memory_bytes=1 << 20), [spec])  # the override alone sizes the pool
+
+    short = plan(16)
+    assert not short.starts and short.blocks_per_group == (2,), "F9 no longer reproduces: the check accepts"
+    assert t.run_workload(short, [full_length_request(16, 1)]).completed
+    assert not t.run_workload(plan(18), [full_length_request(18, 1)], max_steps=50).completed
+
+
 FINDINGS = {"F1": _finding_f1, "F2": _finding_f2, "F3": _finding_f3, "F4": _finding_f4, "F5": _finding_f5,
-            "F6-estimate": _finding_f6_estimate, "F6-check": _finding_f6_check, "F7": _finding_f7, "F8": _finding_f8}
+            "F6-estimate": _finding_f6_estimate, "F6-check": _finding_f6_check, "F7": _finding_f7, "F8": _finding_f8,
+            "F9": _finding_f9}
 
 
 #: replay -> the fix option whose patch (reports/findings/patches/) removes it
@@ -638,7 +664,7 @@ FINDING_FIXES = {"F1": "concurrency_counts_usable_blocks", "F2": "chunked_local_
                  "F6-estimate": "capacity_helpers_plan_like_engine",
                  "F6-check": "capacity_helpers_plan_like_engine",
                  "F7": "chunked_local_alignment_checked_at_startup",
-                 "F8": "encoder_decoder_prefix_caching_refused"}
+                 "F8": "encoder_decoder_prefix_caching_refused", "F9": "mamba_align_bound_exact"}
 
 
 @pytest.mark.parametrize("finding", sorted(FINDINGS))
@@ -653,6 +679,10 @@ def test_finding_reproduces_on_vllm(vllm_target, finding: str) -> None:
     from kvverify.props.findings import ADAPTER_GAPS
 
     if not fixes.active():
+        masked = getattr(vllm_target, "finding_replay_masked", None)
+        why = masked(finding) if masked is not None else None
+        if why:
+            pytest.skip(f"{finding}: {why}")
         expects = getattr(vllm_target, "expects_finding", None)
         if expects is not None and not expects(finding):
             # absent from this release (kvverify/targets/vllm/compat.py, FINDING_CAPABILITY):

@@ -40,6 +40,8 @@ SCHEDULER_PROPERTIES = (
     runtime.test_held_blocks_within_admission_caps,
     validation.test_bad_input_is_a_clear_error,
     encoder_decoder.test_encoder_decoder_workload_completes,
+    encoder_decoder.test_encoder_decoder_startup_passes_implies_servable,
+    encoder_decoder.test_encoder_decoder_predictor_equals_allocator,
 )
 
 

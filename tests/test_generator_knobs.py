@@ -17,47 +17,40 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvverify.catalog_strategies import catalog_cases
+from kvverify.errors import KVVerifyError
+from kvverify.reference.grouping import get_global_kv_cache_groups
 from kvverify.reference import specs as specs_module
 from kvverify.reference.config import VllmConfig
 from kvverify.reference.specs import KVCacheSpec, iter_layer_specs
 from kvverify.strategies import block_size_cases, startup_cases
 
-#: field -> why no strategy varies it (every entry is a known gap, not an oversight)
+#: field -> why no strategy varies it: the reference does not read it, or no input upstream
+#: accepts sets it (a gap the strategies could close does not belong here)
 NOT_VARIED: dict[str, str] = {
     "VllmConfig.max_concurrent_batches": "pipeline-parallel in-flight batches: the synchronous scheduler "
                                          "model steps one batch; only the in-flight cap formula reads it",
     "VllmConfig.kv_connector": "KV transfer connectors are out of the model (no remote blocks)",
-    "VllmConfig.watermark": "upstream's watermark is outside the startup guarantee (admission may refuse a "
-                            "request the check sized for); no property models it yet",
-    "VllmConfig.max_num_encoder_input_tokens": "encoder-decoder budgets: no cross-attention workload "
-                                               "strategy draws encoder tokens yet",
-    "VllmConfig.num_prefill_lookahead_tokens": "multi-module MTP prefill lookahead: not mirrored by the "
-                                               "reference scheduler",
-    # spec fields: gaps of the spec-kind builders (kvverify/spec_kinds), to be drawn there
-    "FullAttentionSpec.page_size_padded": "padding is drawn for Mamba pages only (hybrid page rule)",
-    "MLAAttentionSpec.page_size_padded": "padding is drawn for Mamba pages only (hybrid page rule)",
-    "SlidingWindowSpec.page_size_padded": "padding is drawn for Mamba pages only (hybrid page rule)",
-    "ChunkedLocalAttentionSpec.page_size_padded": "padding is drawn for Mamba pages only (hybrid page rule)",
-    "FullAttentionSpec.sliding_window": "set upstream only when the hybrid manager is disabled (SWA "
-                                        "layers served as full); no builder draws that conversion yet",
-    "FullAttentionSpec.attention_chunk_size": "as sliding_window: the disabled-hybrid conversion is not drawn",
-    "MLAAttentionSpec.sliding_window": "MLA+SWA mixes: being added by the issue-17 strategies",
-    "MLAAttentionSpec.attention_chunk_size": "as sliding_window: the disabled-hybrid conversion is not drawn",
+    "MLAAttentionSpec.sliding_window": "upstream sets it only when promoting a SlidingWindowMLASpec "
+                                       "(DeepSeek-V4) to MLA under a disabled hybrid manager; the reference "
+                                       "registers no sliding-window MLA kind (an MLA layer has no window: "
+                                       "upstream's attention layer asserts it), so no input reaches it",
+    "MLAAttentionSpec.attention_chunk_size": "as sliding_window: upstream's promotions never produce an MLA "
+                                             "spec with a chunk (chunked local layers become FullAttentionSpec)",
     "MLAAttentionSpec.head_size_v": "MLA pages are one latent vector (head_size_v = 0 upstream)",
-    "SlidingWindowSpec.extra_retained_tokens": "speculative-decoding retention: no builder draws it yet",
-    "MambaSpec.num_speculative_blocks": "speculative Mamba blocks: no builder draws them yet",
-    "MambaSpec.num_prefill_checkpoint_blocks": "Mamba prefill checkpoints: no builder draws them yet",
 }
 
 
 def _config_strategies() -> list[st.SearchStrategy[Any]]:
     """The case strategies the properties draw from (kvverify/props, properties/)."""
+    from kvverify.props.encoder_decoder import encoder_decoder_cases
+
     return [
         startup_cases(),
         startup_cases(allow_auto=False, lookahead=True, allow_mamba=False),
         startup_cases(allow_auto=False, kinds=("full", "mla")),
         block_size_cases(),
         catalog_cases(),
+        encoder_decoder_cases(),
     ]
 
 
@@ -73,12 +66,24 @@ def _non_default(obj: Any) -> set[str]:
 
 
 def _specs_of(case: Any) -> list[KVCacheSpec]:
+    """The layer specs a case gives and the groups' specs the managers run on (grouping
+    sets fields from the config: ``extra_retained_tokens``, a disabled hybrid manager's
+    promoted windows)."""
     out: list[KVCacheSpec] = []
-    for worker in getattr(case, "kv_cache_specs", ()) or ():
+    workers = list(getattr(case, "kv_cache_specs", ()) or ())
+    if getattr(case, "layer_specs", None):  # a catalog case
+        workers.append(case.layer_specs)
+    for worker in workers:
         for spec in worker.values():
             out.extend(iter_layer_specs(spec))
-    kv = getattr(case, "kv_cache_config", None)
-    for group in getattr(kv, "kv_cache_groups", ()) or ():
+    config = getattr(case, "vllm_config", None)
+    groups: list[Any] = list(getattr(getattr(case, "kv_cache_config", None), "kv_cache_groups", ()) or ())
+    if workers and isinstance(config, VllmConfig):
+        try:
+            groups += get_global_kv_cache_groups(config, workers)
+        except KVVerifyError:
+            pass  # refused at startup: no group runs
+    for group in groups:
         out.extend(iter_layer_specs(group.kv_cache_spec))
     return out
 

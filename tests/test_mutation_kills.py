@@ -107,6 +107,129 @@ def test_free_queue_order_is_exact(monkeypatch) -> None:
         _run_pool_machine()
 
 
+def _free_in_forward_order(monkeypatch) -> None:
+    """A request's blocks freed head-first (upstream frees them reversed,
+    ``SingleTypeKVCacheManager.free``), so a cached chain's prefix is evicted before its tail.
+    Every block is still freed exactly once."""
+    from kvverify.reference.managers.base import SingleTypeKVCacheManager
+
+    def free(self, request_id: str) -> None:
+        blocks = self.req_to_blocks.pop(request_id, [])
+        self.num_cached_block.pop(request_id, None)
+        self.block_pool.free_blocks(list(blocks))
+
+    monkeypatch.setattr(SingleTypeKVCacheManager, "free", free)
+
+
+def _window_left_to_right(monkeypatch) -> None:
+    """Blocks that leave the attention window freed left to right (upstream
+    ``_remove_blocks_in_range`` frees right to left); the same blocks, in another order."""
+    from kvverify.reference.managers.base import SingleTypeKVCacheManager
+
+    original = SingleTypeKVCacheManager._remove_blocks_in_range
+
+    def remove(self, request_id: str, first_block: int, last_block: int) -> None:
+        pool = self.block_pool
+        calls: list[list] = []
+        real_free = pool.free_blocks
+        pool.free_blocks = lambda blocks: calls.append(list(blocks))
+        try:
+            original(self, request_id, first_block, last_block)
+        finally:
+            pool.free_blocks = real_free
+        for blocks in calls:
+            real_free(blocks[::-1])
+
+    monkeypatch.setattr(SingleTypeKVCacheManager, "_remove_blocks_in_range", remove)
+
+
+class _NoModel:
+    """The machine without the free-queue model (what every other check sees)."""
+
+    violations: list = []
+
+    def __init__(self, kv_cache_manager, pool=None) -> None:
+        pass
+
+
+def _without_the_model(monkeypatch) -> None:
+    import kvverify.props.pool_machine as pm
+
+    monkeypatch.setattr(pm, "FreeQueueModel", _NoModel)
+    monkeypatch.setattr(pm, "check_free_queue", lambda *a, **k: [])
+
+
+def test_free_order_is_checked_against_an_independent_model(monkeypatch) -> None:
+    """Forward-order request frees: the free-queue model (``FreeQueueModel``: upstream's
+    order kept from the calls, a request's blocks reversed group by group) catches it."""
+    _free_in_forward_order(monkeypatch)
+    with pytest.raises(AssertionError, match="pool.free_queue_order"):
+        _run_pool_machine()
+
+
+def test_forward_order_frees_survive_the_checks_without_the_model(monkeypatch) -> None:
+    """The same mutation passes every other check of the machine (partition, ref counts, hash
+    map, usage, predictor == allocator, the hash chain): only the model sees the order. (The
+    relative per-call check it replaced took the order from the manager's own call and let it
+    through too: 1,000 derandomized examples, 0 failures.)"""
+    _free_in_forward_order(monkeypatch)
+    _without_the_model(monkeypatch)
+    _run_pool_machine()  # survives
+
+
+def _swa_decode_run(monkeypatch) -> None:
+    """``PoolMachine`` driven by hand: one sliding-window group (B=2, window 4), a 6-token
+    request, 16 tokens at once, then one more, so ``allocate_slots`` frees 8 blocks that left
+    the window in one call; every check of the machine after every rule. Deterministic, unlike the search
+    (whether it reaches a multi-block window eviction within its budget depends on the
+    generators)."""
+    import kvverify.props.pool_machine as pm
+    from kvverify.reference.config import VllmConfig
+    from kvverify.reference.specs import KVCacheSpec, SlidingWindowSpec
+    from kvverify.strategies import StartupCase
+
+    monkeypatch.setattr(pm, "note", lambda *a: None)  # Hypothesis's note/target need a test context
+    monkeypatch.setattr(pm, "hyp_target", lambda *a, **k: None)
+    specs: dict[str, KVCacheSpec] = {"l0": SlidingWindowSpec(block_size=2, num_kv_heads=1, head_size=8,
+                                                              sliding_window=4)}
+    case = StartupCase(VllmConfig(block_size=2, max_model_len=64, num_gpu_blocks_override=16), (specs,),
+                       "override", None, 16, 16)
+    m = pm.PoolMachine()
+    m.setup(case=case)
+    req = m.add_request(prompt_len=6, shared=6)
+    m.pool_invariants()
+    for n in (16, 1):  # the window moves with the computed tokens: 8 blocks leave it at once
+        m.append_tokens(req=req, n=n)
+        m.pool_invariants()
+    m.free(req=req)
+    m.pool_invariants()
+
+
+def test_window_evictions_are_freed_right_to_left(monkeypatch) -> None:
+    """Blocks leaving the window freed left to right: caught by the model, and only by it."""
+    _swa_decode_run(monkeypatch)  # the faithful reference passes
+    _window_left_to_right(monkeypatch)
+    with pytest.raises(AssertionError, match="pool.free_queue_order"):
+        _swa_decode_run(monkeypatch)
+    _without_the_model(monkeypatch)
+    _swa_decode_run(monkeypatch)  # survives every other check
+
+
+def test_eviction_takes_the_front_of_the_free_queue(monkeypatch) -> None:
+    """``popleft_n`` taking the tail (MRU first): the blocks handed out are not the model's front."""
+    from kvverify.reference.pool import FreeKVCacheBlockQueue
+
+    def pop_tail(self, n: int):
+        blocks = list(self)[len(self) - n:] if n else []
+        for b in blocks:
+            self._unlink(b)
+        return blocks
+
+    monkeypatch.setattr(FreeKVCacheBlockQueue, "popleft_n", pop_tail)
+    with pytest.raises(AssertionError, match="pool.eviction_order"):
+        _run_pool_machine()
+
+
 def test_a_misspelled_switch_is_an_error_not_silently_off() -> None:
     """Kills the mutants that garble a flaw / fix name at its use (`is_on("XXname")`)."""
     from kvverify import fixes, flaws

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -110,7 +111,10 @@ def test_render_matrix_summary_defects_and_skip_reasons(tmp_path: Path) -> None:
     assert "- 2 x vLLM 0.27.1 has no num_prefill_lookahead" in text
     assert "[t.md](../reports/releases/0.27.1/t.md)" in text and "exit 1 (reproduced)" in text
     assert "(pass 2)" in text
-    assert "0.28.0: fails, 0.29.0: passes (**first passes on 0.29.0** of the installed releases)" in text
+    assert "0.28.0: exit 1, 0.29.0: exit 0 → **fixed in 0.29.0**" in text
+    assert "no report: a strict xfail passed" in text
+    assert ("Replays (`kvverify replay`, in each release's venv): 1 failure(s) with a report; 1 reproduce on "
+            "0.27.1 (exit 1); 1 pass on a later installed release (exit 0); 1 without a report") in text
     assert "No release has been run yet." in R.render([], repo_root=tmp_path, doc_path=doc)
     assert "Installed but not run yet: 0.31.0." in R.render([old], repo_root=tmp_path, doc_path=doc,
                                                             not_run=["0.31.0"])
@@ -285,3 +289,295 @@ def test_ambiguous_failures_take_the_flaw_another_failure_needs_alone() -> None:
         "null_block_not_reserved", "null_block_not_reserved",
         "autofit_first_group_only | swa_admission_uncapped", "unexplained"]
     assert R.resolved_labels([both]) == ["null_block_not_reserved | override_ignored_in_check"]
+
+
+# ------------------------------------------------------------------- replays, fixing release
+def _venvs(*versions: str) -> list[R.ReleaseVenv]:
+    return [R.ReleaseVenv(v, Path(f"/v/vllm-{v}")) for v in versions]
+
+
+def test_replay_defects_on_the_release_then_forward_until_the_first_pass() -> None:
+    """Own replay for every failure with a report; then the later releases, oldest first, each
+    report until its first exit 0 (the release that fixed it), or until it is a known finding
+    (strict xfail) there; one replay call per venv, with only the reports still pending."""
+    a = R.Defect("p.py::test_a", "[a] x", "", "r/a.json", ["null_block_not_reserved"])
+    b = R.Defect("p.py::test_b", "[b] y", "", "r/b.json", ["mamba_align_zero_chunk"])
+    c = R.Defect("p.py::test_c", "[c] z", "", "r/c.json", [], reference_reproduces=True)
+    none = R.Defect("p.py::test_d", "hypothesis.errors.FailedHealthCheck: x", "", None, [])
+    crash = R.Defect("p.py::test_e", "kvverify.errors.ConfigError: x", "", "r/e.json", [])
+    result = _result("0.25.0", [], [a, b, c, none, crash])
+    answers = {("0.25.0", "r/e.json"): (R.REPLAY_DIFFERENT, "reproduced (different failure)"),
+               ("0.25.0", "r/a.json"): (1, "reproduced"), ("0.25.0", "r/b.json"): (1, "reproduced"),
+               ("0.25.0", "r/c.json"): (R.REPLAY_DIFFERENT, "reproduced (different failure)"),
+               ("0.27.1", "r/a.json"): (1, "reproduced"), ("0.27.1", "r/b.json"): (0, "passes"),
+               ("0.27.1", "r/c.json"): (1, "reproduced"),
+               ("0.29.0", "r/a.json"): (0, "rejected"), ("0.29.0", "r/c.json"): (1, "reproduced")}
+    calls: list[tuple[str, list[str]]] = []
+
+    def fake(venv: Path, reports, repo_root: Path):
+        version = venv.name.removeprefix("vllm-")
+        calls.append((version, list(reports)))
+        return {r: answers[(version, r)] for r in reports}
+
+    later = {"0.29.0": R.ReleaseResult("0.29.0", "/v", outcomes=[{"nodeid": "p.py::test_c", "status": "xfailed"}])}
+    R.replay_defects(result, _venvs("0.22.0", "0.25.0", "0.27.1", "0.29.0", "0.33.0"), REPO, later, replay=fake)
+    assert calls == [("0.25.0", ["r/a.json", "r/b.json", "r/c.json", "r/e.json"]),
+                     ("0.27.1", ["r/a.json", "r/b.json", "r/c.json"]),  # a crash is not replayed forward
+                     ("0.29.0", ["r/a.json", "r/c.json"])]  # b fixed in 0.27.1; c a known finding from 0.29.0
+    da, db, dc, dd, de = (R.Defect(**d) for d in result.defects)
+    assert de.is_crash and de.forward == {} and "not replayed forward" in R._forward(de)
+    assert (da.replay_on_release, da.forward, da.fixed_in) == (1, {"0.27.1": 1, "0.29.0": 0}, "0.29.0")
+    assert (db.forward, db.fixed_in, dc.fixed_in) == ({"0.27.1": 0}, "0.27.1", None)
+    assert dc.replay_on_release == R.REPLAY_DIFFERENT and dd.forward == {} and dd.replay_on_release is None
+    assert "Hypothesis health check" in dd.no_report_reason and not da.no_report_reason
+
+
+def test_replay_on_reads_one_json_line_per_report(tmp_path: Path) -> None:
+    """The replay process prints one line per report; exit 1 with another failure is not a
+    reproduction; a report the process never answered is (None, why)."""
+    venv = tmp_path / "vllm-9.9.9"
+    (venv / "bin").mkdir(parents=True)
+    py = venv / "bin" / "python"
+    py.write_text("#!/bin/sh\n"
+                  "echo 'noise'\n"
+                  "echo 'KVVERIFY-REPLAY {\"report\": \"a.json\", \"exit\": 1, \"status\": \"reproduced\"}'\n"
+                  "echo 'KVVERIFY-REPLAY {\"report\": \"b.json\", \"exit\": 1, \"status\": \"crash\"}'\n"
+                  "echo 'KVVERIFY-REPLAY {\"report\": \"c.json\", \"exit\": 0, \"status\": \"passes\"}'\n"
+                  "exit 3\n")
+    py.chmod(0o755)
+    got = R.replay_on(venv, ["a.json", "b.json", "c.json", "d.json"], tmp_path)
+    assert got == {"a.json": (1, "reproduced"), "b.json": (R.REPLAY_DIFFERENT, "crash"), "c.json": (0, "passes"),
+                   "d.json": (None, "replay process exited 3")}
+    assert R.replay_on(tmp_path / "missing", ["a.json"], tmp_path) == {"a.json": (None, "no python in the venv")}
+    assert R.replay_command("py", ["x.json"])[1:4] == ["-m", "kvverify.cli.releases", "--replay-batch"]
+
+
+def test_replay_batch_answers_for_every_report(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import json
+    assert R._replay_batch_main([str(tmp_path / "nope.json")]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("KVVERIFY-REPLAY ")
+    d = json.loads(line.removeprefix("KVVERIFY-REPLAY "))
+    assert d["report"].endswith("nope.json") and d["exit"] in (1, 2)
+
+
+def test_release_run_keeps_the_other_releases(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``--release X`` re-runs X only: the other releases' stored results and rows stay."""
+    import json
+    from dataclasses import asdict
+    venvs = tmp_path / "venvs"
+    _fake_venv(venvs, "vllm-0.27.1", "0.27.1")
+    _fake_venv(venvs, "vllm-0.33.0", "0.33.0")
+    root = tmp_path / "rel"
+    other = _result("0.33.0", [R.Outcome("properties/test_a.py::t", "passed")], [])
+    R.write_result(other, root)
+    before = (root / "0.33.0" / "result.json").read_text()
+    ran: list[str] = []
+
+    def fake_run(rv, repo_root, out_root, **kw):
+        ran.append(rv.version)
+        r = _result(rv.version, [R.Outcome("properties/test_a.py::t", "failed")], [])
+        R.write_result(r, out_root)
+        return r
+
+    monkeypatch.setattr(R, "run_release", fake_run)
+    out = tmp_path / "releases.md"
+    assert main(["releases", "--venvs", str(venvs), "--release", "0.27.1", "--reports-root", str(root),
+                 "--output", str(out)]) == 0
+    assert ran == ["0.27.1"] and (root / "0.33.0" / "result.json").read_text() == before
+    row = next(ln for ln in out.read_text().splitlines() if ln.startswith("| `test_a.py::t`"))
+    assert row == "| `test_a.py::t` | **FAILS** | pass |"
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert [r["version"] for r in data["releases"]] == ["0.27.1", "0.33.0"]
+    assert data == R.summary(R.load_results(root)) and asdict(other)["version"] == "0.33.0"
+
+
+# --------------------------------------------------------------- the README's real-release table
+def test_zoo_real_release_section_and_readme_update(tmp_path: Path) -> None:
+    d1 = R.Defect("p::test_a", "[a] x", "", "r/a.json", ["null_block_not_reserved"], replay_on_release=1,
+                  forward={"0.28.0": 1, "0.29.0": 0})
+    d2 = R.Defect("p::test_b", "[b] x", "", "r/b.json", ["mamba_align_zero_chunk + null_block_not_reserved",
+                                                         "mamba_align_zero_chunk + override_ignored_in_check"],
+                  replay_on_release=1, forward={"0.27.1": 0})
+    d3 = R.Defect("p::test_c", "[c] x", "", "r/c.json", ["mamba_align_zero_chunk"], replay_on_release=1)
+    data = R.summary([_result("0.25.0", [], [d1, d2, d3]), _result("0.33.0", [], [])])
+    assert [f["defect"] for f in data["releases"][0]["failures"]] == [
+        "null_block_not_reserved", "mamba_align_zero_chunk + null_block_not_reserved", "mamba_align_zero_chunk"]
+    text = R.zoo_real_release_section(data)
+    rows = {ln.split("|")[1].strip(): ln for ln in text.splitlines() if ln.startswith("| `")}
+    assert set(rows) == {f"`{n}`" for n in flaws.CATALOG}
+    assert rows["`null_block_not_reserved`"] == (
+        "| `null_block_not_reserved` | yes | 0.25.0 (1 failure; replays: 1/1 exit 1 on their release, first pass "
+        "(exit 0) on 0.29.0); 0.25.0 together with `mamba_align_zero_chunk` (1 failure) |")
+    assert "later releases not replayed yet" in rows["`mamba_align_zero_chunk`"]
+    amb = R.Defect("p::test_d", "[d] x", "", "r/d.json", ["autofit_ignores_null_block + swa_admission_uncapped",
+                                                          "null_block_not_reserved + swa_admission_uncapped"])
+    rows2 = R.zoo_real_release_section(R.summary([_result("0.19.1", [], [amb])]))
+    assert ("| `swa_admission_uncapped` | yes | 0.19.1 ambiguous: `autofit_ignores_null_block + swa_admission_uncapped`"
+            " or `null_block_not_reserved + swa_admission_uncapped` (1 failure) |") in rows2
+    assert "not found in the releases run" in rows["`autofit_first_group_only`"]
+    assert "Releases run: 0.25.0, 0.33.0." in text
+    readme = tmp_path / "README.md"
+    readme.write_text(f"a\n{R.README_BEGIN}\nold\n{R.README_END}\nb\n")
+    assert R.update_readme(readme, "NEW")
+    assert readme.read_text() == f"a\n{R.README_BEGIN}\nNEW\n{R.README_END}\nb\n"
+    readme.write_text("no markers")
+    assert not R.update_readme(readme, "NEW") and readme.read_text() == "no markers"
+
+
+def test_readme_real_release_table_is_the_matrix_data() -> None:
+    """The README's "caught in real release" column is generated from docs/releases.json (written
+    by `kvverify releases` with docs/releases.md), never typed by hand."""
+    import json
+    data = json.loads((REPO / "docs" / "releases.json").read_text())
+    assert data["schema"] == R.SUMMARY_SCHEMA and len(data["releases"]) >= 10
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index(R.README_BEGIN) + len(R.README_BEGIN):readme.index(R.README_END)]
+    assert section.strip("\n") == R.zoo_real_release_section(data)
+
+
+# ------------------------------------------------------------------- attribution by pairs
+def test_pairs_explain_a_failure_no_single_flaw_explains(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release with two zoo flaws can fail on an example that needs both: no single flaw
+    reproduces it, the pair does, and it is named ``A + B`` (only when no single flaw does)."""
+    from kvverify import reports
+    need = {"null_block_not_reserved", "mamba_align_zero_chunk"}
+
+    def fake_replay(report, *, target, flaw_names, fix_names):
+        ok = need <= set(flaw_names)
+        return reports.ReplayOutcome(ok, "reproduced" if ok else "passes", "")
+    monkeypatch.setattr(reports, "replay_report", fake_replay)
+    report = {"violation": {"name": "admission.stall.head_of_line"}}
+    assert attribution.explain_report(report)["flaws"] == ["mamba_align_zero_chunk + null_block_not_reserved"]
+    assert attribution.explain_report(report, pairs=False)["flaws"] == []
+    seen = [Violation("admission.stall.head_of_line", "x")]
+
+    def rerun() -> list[Violation]:
+        return list(seen) if need <= flaws.active() else []
+    assert attribution.explaining_flaws(seen, rerun) == []  # in-test without candidates: singles only
+    assert attribution.explaining_flaws(seen, rerun, pair_candidates=sorted(need) + ["autofit_first_group_only"]) \
+        == ["mamba_align_zero_chunk + null_block_not_reserved"]
+    assert attribution.parts("a + b") == ["a", "b"] and attribution.parts("a") == ["a"]
+    # a crash (an exception's name, not an invariant's) is never put down to a zoo flaw
+    crash = {"violation": {"name": "GroupingError"}}
+    monkeypatch.setattr(reports, "replay_report", lambda *a, **k: reports.ReplayOutcome(True, "reproduced", ""))
+    assert attribution.explain_report(crash)["flaws"] == [] and attribution.explain_report(report)["flaws"] == []
+    assert attribution.is_invariant_name("startup.too_loose") and not attribution.is_invariant_name("ConfigError")
+
+
+def test_absorbed_flaws_absorb_a_failure_they_explain_together(attribution_mode) -> None:
+    from kvverify.props.known import check_or_known
+
+    class Fake:
+        name = "fake"
+
+    def check(t) -> list[Violation]:
+        both = {"null_block_not_reserved", "mamba_align_zero_chunk"} <= flaws.active()
+        return [Violation("admission.stall.head_of_line", "x")] if getattr(t, "name", None) == "fake" or both else []
+
+    attribution.configure(absorb=["null_block_not_reserved"])
+    with pytest.raises(AssertionError):  # one of the two is not enough
+        check_or_known(Fake(), check)
+    attribution.configure(absorb=["null_block_not_reserved", "mamba_align_zero_chunk"])
+    check_or_known(Fake(), check)  # both identified: absorbed
+
+
+def test_combined_labels_resolve_to_the_pair_of_flaws_found_alone() -> None:
+    pair = R.Defect("t::a", "v", "", "r.json", ["mamba_align_zero_chunk + null_block_not_reserved",
+                                                "mamba_align_zero_chunk + override_ignored_in_check"])
+    alone = [R.Defect("t::b", "v", "", "r.json", ["null_block_not_reserved"]),
+             R.Defect("t::c", "v", "", "r.json", ["mamba_align_zero_chunk"])]
+    assert R.resolved_labels([pair, *alone])[0] == "mamba_align_zero_chunk + null_block_not_reserved"
+    assert R.resolved_labels([pair])[0] == pair.label  # nothing found alone: both candidates stay
+
+
+# ------------------------------------------------------------------ the nightly target axis
+def test_nightly_fuzzes_reference_and_pin_nightly_and_older_releases_weekly() -> None:
+    yaml = pytest.importorskip("yaml")
+    wf = yaml.safe_load((REPO / ".github" / "workflows" / "nightly.yml").read_text())
+    on = wf.get("on", wf.get(True))
+    crons = [c["cron"] for c in on["schedule"]]
+    assert len(crons) == 2 and any(c.endswith("* * 0") for c in crons)  # nightly + weekly (Sunday)
+    assert "releases" in on["workflow_dispatch"]["inputs"]
+    fuzz = wf["jobs"]["fuzz"]
+    assert fuzz["strategy"]["matrix"]["target"] == ["reference", "vllm"] and "if" not in fuzz  # every night
+    weekly = next(c for c in crons if c.endswith("* * 0"))
+    assert weekly in wf["jobs"]["plan-releases"]["if"] and "inputs.releases" in wf["jobs"]["plan-releases"]["if"]
+    steps = " ".join(st.get("run", "") for st in wf["jobs"]["fuzz-releases"]["steps"])
+    assert "install-vllm-target.sh --version" in steps and "--target vllm" in steps
+    assert wf["jobs"]["fuzz-releases"]["needs"] == "plan-releases"
+    # the planning script, run on this checkout: every older release with a lock, not the pin
+    plan = next(st["run"] for st in wf["jobs"]["plan-releases"]["steps"] if "run" in st)
+    assert plan.startswith("python3 - <<'PY'")
+    code = plan.split("\n", 1)[1].rsplit("\nPY", 1)[0]
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         env={**os.environ, "RELEASES": "all"}, timeout=60)
+    import json
+    older = json.loads(out.stdout.strip().removeprefix("releases="))
+    assert len(older) >= 9 and "0.33.0" not in older and older == sorted(older, key=R.version_key)
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "--version" not in ci  # .ci/run keeps running the pin only
+
+
+def test_run_release_keeps_the_old_result_until_the_new_one(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """While a release re-runs, its previous result.json stays (a page another run renders
+    meanwhile keeps the row); its old reports and JUnit files are gone."""
+    root = tmp_path / "rel"
+    old = _result("0.27.1", [R.Outcome("properties/test_a.py::t", "failed")], [])
+    R.write_result(old, root)
+    (root / "0.27.1" / "old-report.json").write_text("{}")
+    (root / "0.27.1" / "pass2").mkdir()
+    seen: list[bool] = []
+
+    def fake_pytest(cmd, **kw):
+        seen.append((root / "0.27.1" / "result.json").exists() and not (root / "0.27.1" / "old-report.json").exists()
+                    and not (root / "0.27.1" / "pass2").exists())
+        junit = next(a for a in cmd if a.startswith("--junitxml=")).removeprefix("--junitxml=")
+        Path(junit).write_text('<testsuites><testsuite><testcase classname="properties.test_a" name="t"/>'
+                               "</testsuite></testsuites>")
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(R.subprocess, "run", fake_pytest)
+    rv = R.ReleaseVenv("0.27.1", tmp_path / "v")
+    new = R.run_release(rv, tmp_path, root, workers=0, profile="ci", timeout=10, max_passes=3, replay_check=True)
+    assert seen == [True] and new.passes == 1 and new.returncode == 0
+    assert R.load_results(root)[0].outcomes[0]["status"] == "passed"
+
+
+def test_a_failure_shows_its_own_reports_violation() -> None:
+    """A test that found two failures has two reports: each row shows its report's violation."""
+    inv = {"violation": {"name": "startup.too_loose", "reason": "passes", "evidence": {"num_blocks": 1}}}
+    crash = {"violation": {"name": "ConfigError", "reason": "MLAAttentionSpec.x is invalid"}}
+    assert R.report_violation_line(inv) == "[startup.too_loose] passes (num_blocks=1)"
+    assert R.report_violation_line(crash) == "ConfigError: MLAAttentionSpec.x is invalid"
+    assert R.report_violation_line({}) == ""
+    assert R.Defect("t", R.report_violation_line(crash), "", "r.json", []).is_crash
+    assert not R.Defect("t", R.report_violation_line(inv), "", "r.json", []).is_crash
+
+
+def test_reattribute_leaves_a_release_whose_run_is_under_way(tmp_path: Path) -> None:
+    root = tmp_path / "rel"
+    stored = _result("0.20.0", [], [R.Defect("t::a", "[a] x", "", "r.json", ["null_block_not_reserved"])])
+    R.write_result(stored, root)
+    before = (root / "0.20.0" / "result.json").read_text()
+    rv = R.ReleaseVenv("0.20.0", tmp_path / "v")
+    assert R.reattribute(rv, tmp_path, root, replay_check=True) is not None
+    assert (root / "0.20.0" / "result.json").read_text() == before  # no JUnit yet: nothing rewritten
+
+
+def test_same_invariant_with_another_diagnosis_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stall the release diagnoses as head-of-line and the reference with the flaw as no progress
+    is the same invariant ("an admitted workload did not finish"): the flaw explains it."""
+    from kvverify import reports
+    hol = {"name": "admission.stall.head_of_line", "reason": "an admitted workload did not finish"}
+    nop = {"name": "admission.stall.no_progress", "reason": "an admitted workload did not finish"}
+    assert attribution.same_invariant(hol, nop) and not attribution.same_invariant(hol, {**nop, "reason": "x"})
+    assert not attribution.same_invariant({"name": "startup.too_loose", "reason": "r"},
+                                          {"name": "startup.needlessly_strict", "reason": "r"})  # two parts only
+
+    def fake_replay(report, *, target, flaw_names, fix_names):
+        if "null_block_not_reserved" in flaw_names:
+            return reports.ReplayOutcome(True, "reproduced (different failure)", "", nop)
+        return reports.ReplayOutcome(False, "rejected", "")
+    monkeypatch.setattr(reports, "replay_report", fake_replay)
+    assert attribution.explain_report({"violation": hol})["flaws"] == ["null_block_not_reserved"]

@@ -22,8 +22,16 @@ from kvverify.reference.config import VllmConfig
 from kvverify.reference.driver import WorkloadSpec
 from kvverify.reference.specs import ChunkedLocalAttentionSpec, FullAttentionSpec, SlidingWindowSpec
 from kvverify.reference.workloads import full_length_request
-from kvverify.reports.timeline import TimelineRun, nice_ticks, record_run, render_json, render_timeline
-from kvverify.steptrace import StepRecorder, StepTrace
+from kvverify.reports.timeline import (
+    TimelineRun,
+    nice_ticks,
+    record_run,
+    render_json,
+    render_rule_timeline,
+    render_timeline,
+    rule_timeline_json,
+)
+from kvverify.steptrace import RuleTrace, StepRecorder, StepTrace
 from kvverify.strategies import StartupCase
 from kvverify.targets import get_target
 
@@ -425,3 +433,165 @@ def test_docs_pictures_match_the_code(tmp_path: Path, capsys: pytest.CaptureFixt
         assert main(["check", *args, "--plot", str(out), "--json"]) == 1
         capsys.readouterr()
         assert out.read_text() == (docs / f"{name}.svg").read_text(), f"docs/timelines/{name}.svg is stale"
+
+
+# --- state machines: the pool machine, rule by rule -------------------------------------
+
+def hand_run(monkeypatch: pytest.MonkeyPatch):
+    """``PoolMachine`` driven by hand with recording on: full attention, prefix caching on,
+    N = 8: a request, its decode, its free (cached), a prefix hit, an allocation that evicts,
+    frees and a prefix-cache reset."""
+    import kvverify.props.pool_machine as pm
+    from kvverify.reference.specs import KVCacheSpec
+
+    monkeypatch.setattr(pm, "note", lambda *a: None)  # Hypothesis's note/target need a test context
+    monkeypatch.setattr(pm, "hyp_target", lambda *a, **k: None)
+    specs: dict[str, KVCacheSpec] = {"l0": FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8)}
+    case = StartupCase(VllmConfig(block_size=16, max_model_len=256, num_gpu_blocks_override=8), (specs,),
+                       "override", None, 8, 8)
+
+    class Recording(pm.PoolMachine):
+        record_steps = True
+
+    m = Recording()
+
+    def checked(result=None):
+        m.pool_invariants()
+        m.block_hashes_follow_the_chain()
+        return result
+
+    checked(m.setup(case=case))
+    r1 = checked(m.add_request(prompt_len=50, shared=50))
+    checked(m.append_tokens(req=r1, n=16))
+    checked(m.free(req=r1))
+    r2 = checked(m.add_request(prompt_len=40, shared=40))
+    r3 = checked(m.add_request(prompt_len=60, shared=0))
+    checked(m.free(req=r2))
+    checked(m.free(req=r3))
+    checked(m.reset_prefix_cache())
+    m.teardown()
+    return m
+
+
+def test_pool_machine_records_rule_by_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    m = hand_run(monkeypatch)
+    trace = m.steps.result(False)
+    assert trace.groups == ("full_attention B=16",) and trace.usable_blocks == 7 and trace.failed_step is None
+    got = [(r.step, r.rule, r.live, r.free_blocks, r.held, r.allocated, r.freed, r.hits, r.evicted)
+           for r in trace.rows]
+    assert got == [
+        (0, "setup", 0, 7, (0,), 0, 0, 0, 0),
+        (1, "add_request", 1, 3, (4,), 4, 0, 0, 0),      # 50 tokens: 4 blocks, 3 of them full (cached)
+        (2, "append_tokens", 1, 2, (5,), 1, 0, 0, 0),
+        (3, "free", 0, 7, (0,), 0, 5, 0, 0),
+        (4, "add_request", 1, 4, (3,), 1, 0, 2, 0),      # 2 blocks of the shared prefix hit
+        (5, "add_request", 2, 0, (7,), 4, 0, 0, 2),      # takes the free queue's front: 2 cached evicted
+        (6, "free", 1, 3, (4,), 0, 3, 0, 0),
+        (7, "free", 0, 7, (0,), 0, 4, 0, 0),
+        (8, "reset_prefix_cache", 0, 7, (0,), 0, 0, 0, 5),
+    ]
+    assert all(sum(r.held) + r.free_blocks + 1 == trace.num_blocks for r in trace.rows)
+    assert m.kvm.block_pool.free_block_ids() == m.free_queue.queue  # the model agreed throughout
+    assert RuleTrace.from_json(json.loads(json.dumps(trace.to_json()))) == trace
+
+
+def check_rule_numbers(svg: str, trace: RuleTrace) -> None:
+    """Every series and marker of a rule-by-rule picture, read back, equals the trace."""
+    root = parse(svg)
+    (gb,), (gr,) = panel(root, "blocks"), panel(root, "requests")
+    step_of, value_of, _ = mapping(gb)
+    tol = 0.06 * float(gb.get("data-v1")) / 100 + 0.05
+    free = series(gb, "free_blocks")
+    assert len(free) == 2 * len(trace.rows)
+    top = series(gb, f"held:{len(trace.groups) - 1}", "polygon")[: 2 * len(trace.rows)]
+    for i, r in enumerate(trace.rows):
+        (xa, ya), (xb, yb) = free[2 * i], free[2 * i + 1]
+        assert ya == yb and abs(value_of(ya) - r.free_blocks) <= tol
+        assert abs(step_of(xa) - r.step) <= 0.05 and abs(step_of(xb) - (r.step + 1)) <= 0.05
+        assert abs(value_of(top[2 * i][1]) - sum(r.held)) <= tol
+    (usable,) = [e for e in gb.iter(f"{NS}line") if e.get("data-series") == "usable"]
+    assert abs(value_of(float(usable.get("y1"))) - trace.usable_blocks) <= tol
+    for event in ("allocated", "freed", "hits", "evicted"):
+        marks = {int(e.get("data-step")): int(e.get("data-count")) for e in gb.iter()
+                 if e.get("data-event") == event}
+        assert marks == {r.step: getattr(r, event) for r in trace.rows if getattr(r, event)}, event
+    _, live_of, _ = mapping(gr)
+    assert [round(live_of(y), 3) for _, y in series(gr, "live")[::2]] == [r.live for r in trace.rows]
+    failed = [e for e in root.iter() if e.get("data-event") == "failed"]
+    assert [int(e.get("data-step")) for e in failed] == ([] if trace.failed_step is None else [trace.failed_step])
+    texts = " ".join("".join(e.itertext()) for e in root.iter(f"{NS}text"))
+    assert f"usable N − 1 = {trace.usable_blocks:,}" in texts
+
+
+def test_rule_picture_numbers_and_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    m = hand_run(monkeypatch)
+    for trace in (m.steps.result(False), m.steps.result(True, "pool.free_queue_order")):
+        svg = render_rule_timeline(trace, title="t", subtitle="s")
+        check_rule_numbers(svg, trace)
+        data = rule_timeline_json(trace, title="t", subtitle="s")
+        assert render_json(json.loads(json.dumps(data))) == svg  # identical input, identical bytes
+    assert "failed in step 8 (reset_prefix_cache) with 0 held + 7 free of 7 usable" in svg
+    with pytest.raises(ValueError, match="rows"):
+        render_rule_timeline(RuleTrace((), 4, ()), title="t")
+
+
+def pool_machine_failure() -> BaseException:
+    """``PoolMachine`` under a zoo flaw (evictable prefix hits not counted) fails."""
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from kvverify.props.pool_machine import PoolMachine
+
+    fast = settings(max_examples=500, derandomize=True, database=None, deadline=None, print_blob=True,
+                    phases=[Phase.generate], suppress_health_check=list(HealthCheck),
+                    report_multiple_bugs=False, stateful_step_count=12)
+    with flaws.enabled("evictable_hits_not_counted"):
+        with pytest.raises(AssertionError) as info:
+            run_state_machine_as_test(PoolMachine, settings=fast)
+    return info.value
+
+
+def pool_machine_report(exc: BaseException, where: Path) -> Path:
+    """What the pytest hook writes for a failed state machine (``report_stateful``)."""
+    from kvverify.props.pool_machine import PoolMachine
+
+    with flaws.enabled("evictable_hits_not_counted"):
+        (path,) = reports.report_stateful(PoolMachine, exc, directory=where, found_by="test",
+                                          flaw_names=["evictable_hits_not_counted"])
+    return path
+
+
+def test_pool_machine_failure_report_has_its_timeline(tmp_path: Path) -> None:
+    import hashlib
+
+    exc = pool_machine_failure()
+    path = pool_machine_report(exc, tmp_path)
+    report = json.loads(path.read_text())
+    name = report["violation"]["name"]  # the flaw's two symptoms; which one the search meets first varies
+    assert report["kind"] == "stateful" and name in ("allocation.predictor_vs_allocator", "AssertionError")
+    svg_path = tmp_path / f"{report['id']}.svg"
+    svg = svg_path.read_text()
+    assert hashlib.sha256(svg.encode()).hexdigest() == report["timeline"]["sha256"]
+    trace = RuleTrace.from_json(report["timeline"]["trace"])
+    # one row per rule of the falsifying program (setup first); it fails in the last one
+    rules = [s.split("state.", 1)[1].split("(", 1)[0] for s in report["example"]["steps"] if "state." in s]
+    assert [r.rule for r in trace.rows] == [r for r in rules if r not in (
+        "pool_invariants", "block_hashes_follow_the_chain", "teardown")]
+    assert trace.failed_step == trace.rows[-1].step and trace.failure == name
+    check_rule_numbers(svg, trace)
+    assert f"]({svg_path.name})" in path.with_suffix(".md").read_text()
+    assert main(["report", "--dir", str(tmp_path), "--json"]) == 0
+    assert svg.strip() in (tmp_path / "index.html").read_text()
+    again = pool_machine_report(exc, tmp_path)  # same failure: the same files, byte for byte
+    assert again == path and svg_path.read_text() == svg
+    assert main(["replay", str(path)]) == 1  # the report still replays (its flaw switched on)
+
+
+def test_a_program_that_no_longer_fails_gets_no_picture(tmp_path: Path) -> None:
+    """The report is written without its flaw: the replay passes, so no timeline is drawn
+    (the reason is kept under ``run``) and the report itself is still written."""
+    from kvverify.props.pool_machine import PoolMachine
+
+    (path,) = reports.report_stateful(PoolMachine, pool_machine_failure(), directory=tmp_path, found_by="test")
+    report = json.loads(path.read_text())
+    assert report["timeline"] is None and "did not fail again" in report["run"]["timeline_error"]
+    assert not list(tmp_path.glob("*.svg")) and "svg" not in path.with_suffix(".md").read_text()

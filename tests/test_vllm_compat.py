@@ -79,12 +79,15 @@ def _new_release() -> dict[str, types.ModuleType | None]:
         def __init__(self, vllm_config, kv_cache_config, structured_output_manager, block_size,
                      hash_block_size=None, log_stats=False): ...
 
+    class SlidingWindowSpec:
+        def max_admission_blocks_per_request(self, max_in_flight_tokens, max_model_len): ...
+
     return {
         "vllm.v1.core.kv_cache_planning": _module("p", get_kv_cache_configs=get_kv_cache_configs,
                                                   get_global_kv_cache_groups=get_global_kv_cache_groups),
         "vllm.v1.core.kv_cache_config_builder": _module("b", get_kv_cache_config_builder=lambda vc: None),
         "vllm.v1.core.kv_cache_utils": _module("u", resolve_kv_cache_block_sizes=resolve_kv_cache_block_sizes),
-        "vllm.v1.kv_cache_interface": _module("i", KVCacheTensor=StridedTensor),
+        "vllm.v1.kv_cache_interface": _module("i", KVCacheTensor=StridedTensor, SlidingWindowSpec=SlidingWindowSpec),
         "vllm.v1.attention.backends.utils": _module("a", resolve_kv_cache_layout=resolve_kv_cache_layout),
         "vllm.v1.core.kv_cache_coordinator": _module("c", get_kv_cache_coordinator=get_kv_cache_coordinator,
                                                      KVCacheCoordinator=KVCacheCoordinator),
@@ -117,11 +120,14 @@ def _old_release() -> dict[str, types.ModuleType | None]:
     class Scheduler:
         def __init__(self, vllm_config, kv_cache_config, structured_output_manager, block_size, log_stats=False): ...
 
+    class SlidingWindowSpec:  # no admission cap: the startup bound is max_memory_usage_bytes alone
+        def max_memory_usage_bytes(self, vllm_config): ...
+
     return {
         "vllm.v1.core.kv_cache_planning": None,
         "vllm.v1.core.kv_cache_config_builder": None,
         "vllm.v1.core.kv_cache_utils": _module("u", get_kv_cache_configs=get_kv_cache_configs),
-        "vllm.v1.kv_cache_interface": _module("i", KVCacheTensor=SharedTensor),
+        "vllm.v1.kv_cache_interface": _module("i", KVCacheTensor=SharedTensor, SlidingWindowSpec=SlidingWindowSpec),
         "vllm.v1.attention.backends.utils": _module("a"),
         "vllm.v1.core.kv_cache_coordinator": _module("c", get_kv_cache_coordinator=get_kv_cache_coordinator,
                                                      KVCacheCoordinator=KVCacheCoordinator),
@@ -141,6 +147,7 @@ def test_detect_new_release() -> None:
     assert caps.block_size_resolution
     assert caps.admission_gate == "full_sequence_must_fit"
     assert caps.has("get_num_blocks_to_allocate", "apply_admission_cap")
+    assert caps.admission_caps == "admission_only"
     assert caps.has("KVCacheManager", "watermark") and caps.has("Scheduler", "hash_block_size")
     assert caps.lacking() == {}
 
@@ -153,8 +160,37 @@ def test_detect_old_release() -> None:
     assert not caps.block_size_resolution
     assert caps.admission_gate == "can_fit_full_sequence"
     assert not caps.has("get_num_blocks_to_allocate", "apply_admission_cap")
+    assert caps.admission_caps == "none"
     assert not caps.has("KVCacheManager", "scheduler_block_size")
     assert "resolve_kv_cache_block_sizes" in caps.lacking()["block_sizes"]
+
+
+def _caps_on_allocation_release() -> dict[str, types.ModuleType | None]:
+    """The shapes of vLLM 0.20.0's caps: the specs have ``max_admission_blocks_per_request``,
+    the coordinator's ``get_num_blocks_to_allocate`` no ``apply_admission_cap`` (the cap is
+    applied to every call, the per-step allocation included)."""
+    mods = _old_release()
+
+    class SlidingWindowSpec:
+        def max_admission_blocks_per_request(self, max_num_batched_tokens, max_model_len): ...
+
+    mods["vllm.v1.kv_cache_interface"] = _module("i", KVCacheTensor=SharedTensor, SlidingWindowSpec=SlidingWindowSpec)
+    return mods
+
+
+def test_detect_admission_caps_per_release() -> None:
+    assert compat.detect("0.19.1", _old_release()).admission_caps == "none"
+    assert compat.detect("0.20.0", _caps_on_allocation_release()).admission_caps == "on_allocation"
+    assert compat.detect("0.33.0", _new_release()).admission_caps == "admission_only"
+    # a chunked-local spec with the method is enough (the SWA class may be absent)
+    mods = _old_release()
+
+    class ChunkedLocalAttentionSpec:
+        def max_admission_blocks_per_request(self, max_num_batched_tokens, max_model_len): ...
+
+    mods["vllm.v1.kv_cache_interface"] = _module("i", KVCacheTensor=SharedTensor,
+                                                 ChunkedLocalAttentionSpec=ChunkedLocalAttentionSpec)
+    assert compat.detect("0.20.0", mods).admission_caps == "on_allocation"
 
 
 def test_detect_refuses_unknown_shapes() -> None:
@@ -225,14 +261,27 @@ def test_findings_follow_capabilities() -> None:
     reserving = compat.CheckRules(override_counted=True, reserves_null_block=True)
     loose = compat.CheckRules(override_counted=True, reserves_null_block=False)
     assert all(compat.finding_expected(f, new, reserving) for f in compat.FINDING_CAPABILITY)
-    # no admission caps: the cap findings cannot exist; F1 (concurrency) everywhere
-    assert not compat.finding_expected("F2", old, loose) and not compat.finding_expected("F4", old, loose)
+    on_alloc = compat.detect("0.20.0", _caps_on_allocation_release())
+    # no admission caps: no F2 (the gate charges the full sequence); F4 stays (the SWA startup
+    # bound ignores lookahead as the caps do); F1 (concurrency) everywhere
+    assert not compat.finding_expected("F2", old, loose) and compat.finding_expected("F4", old, loose)
+    assert compat.finding_expected("F2", on_alloc, loose) and compat.finding_expected("F4", on_alloc, loose)
     assert compat.finding_expected("F1", old, loose)
     # a check that counts the null block as usable: no F3, no F6-estimate, F6-check stays
     assert not compat.finding_expected("F3", new, loose)
     assert not compat.finding_expected("F6-estimate", new, loose)
     assert compat.finding_expected("F6-check", new, loose) and compat.finding_expected("F6", new, loose)
     assert compat.finding_expected("F99", old, loose)  # unknown findings stay strict
+
+
+def test_cap_findings_masked_where_the_cap_clamps_the_allocation() -> None:
+    on_alloc = compat.detect("0.20.0", _caps_on_allocation_release())
+    for finding in ("F2", "F4"):
+        why = compat.finding_replay_masked(finding, on_alloc)
+        assert why is not None and "swa_cap_on_allocation" in why and "#39866" in why
+        assert compat.finding_replay_masked(finding, compat.detect("0.33.0", _new_release())) is None
+        assert compat.finding_replay_masked(finding, compat.detect("0.19.1", _old_release())) is None
+    assert compat.finding_replay_masked("F1", on_alloc) is None
 
 
 def test_known_failures_name_their_finding() -> None:
@@ -311,6 +360,29 @@ def test_a_field_the_release_lacks_is_refused_when_set() -> None:
                                      extra_retained_tokens=3))
     with pytest.raises(TargetUnsupported, match="head_size_v"):
         tr.spec(kv.SlidingWindowSpec(block_size=16, num_kv_heads=2, head_size=8, head_size_v=4, sliding_window=64))
+
+
+def test_a_padded_page_read_back_with_the_release_meaning_of_head_size_v() -> None:
+    """0.20's MLAAttentionSpec sets head_size_v = head_size, but its page counts no V heads: a
+    padded page (256 B here) read back with head_size_v=8 would be below kvverify's real page
+    (512 B) and invalid; kvverify's default (no V heads) is what the release means."""
+    @dataclasses.dataclass(frozen=True)
+    class MLAAttentionSpec:
+        block_size: int
+        num_kv_heads: int
+        head_size: int
+        dtype: str
+        head_size_v: int | None = None
+        page_size_padded: int | None = None
+
+        @property
+        def page_size_bytes(self) -> int:
+            return self.page_size_padded or self.block_size * self.num_kv_heads * self.head_size * 2
+
+    tr = Translator(_fake_up(_module("i", MLAAttentionSpec=MLAAttentionSpec)))
+    back = tr.spec_back(MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=8, dtype="torch.bfloat16",
+                                         head_size_v=8, page_size_padded=256))
+    assert isinstance(back, kv.MLAAttentionSpec) and back.page_size_bytes == 256 and back.page_size_padded == 256
 
 
 def test_a_class_the_release_lacks_is_refused() -> None:
@@ -501,3 +573,47 @@ def test_coordinator_without_scheduler_block_size_gets_the_hash_block_size_alone
     vc = SimpleNamespace(max_in_flight_tokens=4096, max_num_batched_tokens=2048, enable_prefix_caching=True)
     kw = coordinator_kwargs(SimpleNamespace(up=SimpleNamespace(compat=caps)), "cfg", 100, vc, 48, 16)  # type: ignore[arg-type]
     assert kw["hash_block_size"] == 16 and "scheduler_block_size" not in kw
+
+
+# ------------------------------- a known finding's property on a release without it
+
+def test_a_failure_of_a_findings_property_is_attributed_with_the_finding_fixed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """F3's example fails on 0.19.1 (where F3 is absent) because its check ignores the
+    override; the faithful reference fails it too (it has F3). The replays are repeated with
+    F3's fix on, and the flaw that then reproduces names the release's defect."""
+    from kvverify import reports
+    from kvverify.props import attribution
+
+    def fake_replay(report, *, target, flaw_names, fix_names):
+        has_f3 = "check_plans_computed_tokens" not in fix_names
+        ok = has_f3 or "override_ignored_in_check" in flaw_names
+        return reports.ReplayOutcome(ok, "reproduced" if ok else "passes", "")
+    monkeypatch.setattr(reports, "replay_report", fake_replay)
+    report = {"property": "test_startup_refusal_is_necessary", "violation": {"name": "startup.needlessly_strict"}}
+    out = attribution.explain_report(report, pairs=False)
+    assert out["reference_reproduces"] and out["flaws"] == ["override_ignored_in_check"]
+    assert "check_plans_computed_tokens" in out["fixes"]  # FIXED_BY of the property (F3's option among them)
+    # a property that is no known finding's, or a failure the fixed reference still has: as before
+    other = {"property": "test_startup_check_passes_implies_servable", "violation": {"name": "startup.too_loose"}}
+    assert attribution.explain_report(other, pairs=False) == {
+        "reference_reproduces": True, "flaws": [], "violation": "startup.too_loose", "fixes": []}
+    monkeypatch.setattr(reports, "replay_report",
+                        lambda report, **kw: reports.ReplayOutcome(True, "reproduced", ""))
+    assert attribution.explain_report(report, pairs=False)["flaws"] == []
+
+
+def test_absorbing_a_combination_absorbs_its_parts() -> None:
+    """``kvverify releases`` passes the defects found so far to ``--absorb-flaws``, pairs
+    (``A + B``) included; each part is absorbed (a pass used to stop: "unknown flaw")."""
+    from kvverify.errors import ConfigError
+    from kvverify.props import attribution
+
+    before = attribution.mode()
+    try:
+        m = attribution.configure(absorb=["autofit_ignores_null_block + swa_admission_uncapped,null_block_not_reserved"])
+        assert m.absorb == {"autofit_ignores_null_block", "swa_admission_uncapped", "null_block_not_reserved"}
+        with pytest.raises(ConfigError):
+            attribution.configure(absorb=["null_block_not_reserved + no_such_flaw"])
+    finally:
+        attribution.configure(name=before.name, absorb=before.absorb, log_path=before.log_path)

@@ -8,15 +8,24 @@ property -> passes / FAILS (defect, shrunk counterexample, report) / known findi
 skipped (reason), a release x defect summary, and install / run times.
 
 Distinct defects: every failure's report is replayed on the reference, faithful and with
-each bug-zoo flaw switched on (:func:`kvverify.props.attribution.explain_report`); the
-flaw whose replay reproduces the release's violation names the defect. Later passes re-run
-only the failing tests with ``--absorb-flaws <the flaws identified so far>``, so failures an
-identified defect explains no longer stop Hypothesis and the search shrinks to the next
-defect (or to one no zoo flaw explains), until a pass identifies nothing new. Each failure
-report is also replayed on the release's own venv (``kvverify replay``, expected exit 1).
+each bug-zoo flaw switched on, then each pair when no single flaw does
+(:func:`kvverify.props.attribution.explain_report`); the flaw (or ``A + B`` pair) whose
+replay reproduces the release's violation names the defect. Later passes re-run only the
+failing tests with ``--absorb-flaws <the flaws identified so far>``, so failures identified
+defects explain (alone or two together) no longer stop Hypothesis and the search shrinks to
+the next defect (or to one no zoo flaw explains), until a pass identifies nothing new.
 
-Results are kept per release (``reports/releases/X.Y.Z/result.json``); ``--render-only``
-re-renders the page from them. Parsing uses only the standard library (``xml.etree``).
+Replays: each failure's report is replayed on the release's own venv (expected exit 1), then
+on the later installed releases, oldest first, until it passes (exit 0: the first release
+that fixed it) — one process per venv (:func:`replay_on`, the same
+:func:`kvverify.reports.replay_report` as ``kvverify replay``), so the vLLM import is paid
+once and each replay is one example. A failure without a report says why it has none.
+
+Results are kept per release (``reports/releases/X.Y.Z/result.json``, written atomically);
+``--release X`` re-runs X only, ``--render-only`` re-renders the page from them. The page's
+data goes to ``docs/releases.json`` too, and the README's real-release zoo table (between
+:data:`README_BEGIN` and :data:`README_END`) is generated from it. Parsing uses only the
+standard library (``xml.etree``).
 """
 
 from __future__ import annotations
@@ -210,6 +219,21 @@ def report_example_line(report: Mapping[str, Any], limit: int = 400) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def report_violation_line(report: Mapping[str, Any]) -> str:
+    """The report's own violation (one failure of a test that found several has its own report):
+    ``[name] reason (evidence)`` for an invariant (a dotted lower-case name), ``Name: reason`` for
+    an exception the property raised."""
+    v = report.get("violation") or {}
+    name, reason = str(v.get("name") or ""), str(v.get("reason") or "")
+    if not name:
+        return ""
+    if re.fullmatch(r"[a-z_0-9]+(?:\.[a-z_0-9\-]+)+", name):
+        ev = v.get("evidence") or {}
+        shown = ", ".join(f"{k}={ev[k]}" for k in ev) if isinstance(ev, dict) else ""
+        return f"[{name}] {reason}" + (f" ({shown})" if shown else "")
+    return f"{name}: {reason}"
+
+
 def attributed_in_test(o: Outcome) -> list[str]:
     """Flaws an ``--attribute-flaws`` note names in the failure (``explained by zoo flaw A | B``)."""
     for line in o.detail.splitlines():
@@ -232,12 +256,45 @@ class Defect:
     reference_reproduces: bool = False
     replay_on_release: int | None = None  # exit status of `kvverify replay` on the release (1 = reproduced)
     found_in_pass: int = 1
-    #: ``--replay-forward``: the later installed releases the report was replayed on, with the
-    #: exit status (1 still fails, 0 passes: the first 0 is where upstream fixed it)
+    #: the later installed releases the report was replayed on, oldest first, with the exit
+    #: status (1 still fails, 0 passes: the first 0 is where upstream fixed it)
     forward: dict[str, int | None] = field(default_factory=dict)
+    #: ``kvverify replay``'s status word for the replay on the release (reproduced, passes, ...)
+    replay_status: str = ""
+    #: the same, per later release replayed on
+    forward_status: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def fixed_in(self) -> str | None:
+        """The first later installed release on which the report's replay passes (exit 0)."""
+        return next((v for v, rc in self.forward.items() if rc == 0), None)
+
+    @property
+    def is_crash(self) -> bool:
+        """An exception, not an invariant violation, that no zoo flaw explains."""
+        return not self.flaws and not self.reference_reproduces and bool(self.report) \
+            and not self.violation.startswith(("[", "AssertionError"))
+
+    @property
+    def no_report_reason(self) -> str:
+        """Why a failure has no counterexample report (empty when it has one)."""
+        if self.report:
+            return ""
+        v = self.violation
+        if "FailedHealthCheck" in v:
+            return "Hypothesis health check: no example could run (the strategy or the adapter rejects all)"
+        if "test_finding_reproduces_on_vllm" in self.test or "DID NOT RAISE" in v:
+            return "an expectation about a finding on this release (test_differential), not an example"
+        if v.startswith("[XPASS(strict)]"):
+            return "a strict xfail passed: the release lacks a finding the test expects, not an example"
+        if v.startswith("["):
+            return "a violation without a report: the property does not write one (a reporting gap)"
+        return "no falsifying example: the test raised before or outside a property example"
 
     @property
     def label(self) -> str:
+        """The defect's name: the zoo flaw(s) explaining it (``A | B``: either; ``A + B``: both
+        together), else what is known about it."""
         if self.flaws:
             return " | ".join(self.flaws)
         if self.reference_reproduces:
@@ -247,7 +304,7 @@ class Defect:
         # adapter's problem until shown otherwise
         if not self.report:
             return "no counterexample (suite / adapter)"
-        if not self.violation.startswith(("[", "AssertionError")):  # an exception, not a violation
+        if self.is_crash:
             return f"crash: {self.violation.split(':', 1)[0][:40]} (adapter until shown otherwise)"
         return "unexplained"
 
@@ -340,49 +397,127 @@ def _attribute(outcomes: Sequence[Outcome], repo_root: Path, pass_no: int,
         report_paths: list[str | None] = list(paths) or [None]
         for rp in report_paths:
             flaws, ref, example = attributed_in_test(o), False, counterexample_line(o)
+            violation = defect_line(o)
             if rp is not None:
                 path = Path(rp) if Path(rp).is_absolute() else repo_root / rp
                 try:
                     report = reports.load_report(path)
                     example = report_example_line(report) or example
+                    violation = report_violation_line(report) or violation
                     explained = explain_report(report)
-                    flaws = explained["flaws"] or flaws
+                    # the failure's in-test note may belong to another of its failures (an
+                    # ExceptionGroup has one report each): fall back to it for a single report only
+                    flaws = explained["flaws"] or (flaws if len(report_paths) == 1 else [])
                     ref = bool(explained["reference_reproduces"])
                 except Exception as e:  # noqa: BLE001 - an unreadable report is said, not fatal
                     print(f"  could not attribute {rp}: {type(e).__name__}: {e}", file=sys.stderr)
-            defects.append(Defect(o.nodeid, defect_line(o), example, rp, flaws, ref, found_in_pass=pass_no))
+            defects.append(Defect(o.nodeid, violation, example, rp, flaws, ref, found_in_pass=pass_no))
     return defects
 
 
-#: what :func:`_replay_on` returns when the replay fails, but not with the recorded violation
+#: a replay that exits 1, but not with the recorded violation (an adapter crash, another violation)
 REPLAY_DIFFERENT = 3
 
 
-def _replay_on(venv: Path, report: str, repo_root: Path, timeout: float) -> int | None:
-    exe = venv / "bin" / "kvverify"
-    if not exe.exists():
-        return None
+def replay_command(python: Path | str, reports: Sequence[str]) -> list[str]:
+    """One process in a release's venv that replays each report as ``kvverify replay REPORT``
+    does (:func:`kvverify.reports.replay_report`, exit status ``outcome.exit_code``) and prints
+    one JSON line per report: the vLLM import (seconds) is paid once, a replay is one example."""
+    return [str(python), "-m", "kvverify.cli.releases", "--replay-batch", *reports]
+
+
+def _replay_batch_main(paths: Sequence[str]) -> int:
+    """``python -m kvverify.cli.releases --replay-batch REPORT...`` (run in a release's venv)."""
+    from kvverify import reports
+    from kvverify.errors import KVVerifyError
+
+    for path in paths:
+        try:
+            outcome = reports.replay_report(reports.load_report(path))
+            line = {"exit": outcome.exit_code, "status": outcome.status, "detail": outcome.detail[:300]}
+        except KVVerifyError as e:  # unreadable / not replayable: kvverify replay exits 2
+            line = {"exit": 2, "status": "error", "detail": f"{type(e).__name__}: {e}"[:300]}
+        except Exception as e:  # noqa: BLE001 - kvverify replay would die with a traceback (exit 1)
+            line = {"exit": 1, "status": "crash", "detail": f"{type(e).__name__}: {e}"[:300]}
+        print("KVVERIFY-REPLAY " + json.dumps({"report": path, **line}), flush=True)
+    return 0
+
+
+def replay_on(venv: Path, reports: Sequence[str], repo_root: Path, timeout: float = 900
+              ) -> dict[str, tuple[int | None, str]]:
+    """Replay ``reports`` on the release in ``venv``, one process: report -> (exit status,
+    status word). Exit 1 with another failure than the recorded one is :data:`REPLAY_DIFFERENT`;
+    a report the process did not answer for (a crash, a timeout) is ``(None, why)``."""
+    if not reports:
+        return {}
+    python = venv / "bin" / "python"
+    if not python.exists():
+        return {r: (None, "no python in the venv") for r in reports}
     try:
-        done = subprocess.run([str(exe), "replay", report, "--json"], cwd=repo_root,
-                              env=release_env(Path(report).parent), capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None
-    if done.returncode == 1:
-        try:  # exit 1 with a *different* failure (an adapter crash, another violation) is not a reproduction
-            if json.loads(done.stdout).get("status") != "reproduced":
-                return REPLAY_DIFFERENT
-        except ValueError:
-            pass
-    return done.returncode
+        done = subprocess.run(replay_command(python, reports), cwd=repo_root, env=release_env(Path(reports[0]).parent),
+                              capture_output=True, text=True, timeout=timeout)
+        out, why = done.stdout, f"replay process exited {done.returncode}"
+    except subprocess.TimeoutExpired as e:
+        out, why = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), "timed out"
+    got: dict[str, tuple[int | None, str]] = {}
+    for line in out.splitlines():
+        if line.startswith("KVVERIFY-REPLAY "):
+            try:
+                d = json.loads(line.removeprefix("KVVERIFY-REPLAY "))
+            except ValueError:
+                continue
+            rc = int(d["exit"])
+            if rc == 1 and d.get("status") != "reproduced":
+                rc = REPLAY_DIFFERENT
+            got[d["report"]] = (rc, str(d.get("status", "")))
+    return {r: got.get(r, (None, why)) for r in reports}
+
+
+def replay_defects(result: ReleaseResult, venvs: Sequence[ReleaseVenv], repo_root: Path,
+                   later_results: Mapping[str, ReleaseResult] | None = None, *,
+                   replay: Any = replay_on) -> None:
+    """Replay every failure's report on its own release (expected: exit 1), then on the later
+    installed releases, oldest first, until it passes (exit 0): the first release that fixed
+    it. One process per release venv (``replay``); a report stops at its first exit 0, or
+    where the property is a known finding (strict xfail) in that release's own run."""
+    with_report = [d for d in result.defects if d.get("report")]
+    own = next((rv for rv in venvs if rv.version == result.version), None)
+    if own is None:
+        return
+    answers = replay(own.path, sorted({d["report"] for d in with_report}), repo_root)
+    for d in with_report:
+        d["replay_on_release"], d["replay_status"] = answers.get(d["report"], (None, ""))
+        d["forward"], d["forward_status"] = {}, {}
+    later = sorted((rv for rv in venvs if version_key(rv.version) > version_key(result.version)),
+                   key=lambda rv: version_key(rv.version))
+    # an exception outside a violation is the adapter's until shown otherwise: no "fixed in" for it
+    pending = [d for d in with_report if not Defect(**d).is_crash]
+    for rv in later:
+        if not pending:
+            break
+        answers = replay(rv.path, sorted({d["report"] for d in pending}), repo_root)
+        known_there = {o["nodeid"] for o in (later_results or {}).get(rv.version, ReleaseResult("", "")).outcomes
+                       if o.get("status") == "xfailed"}
+        still = []
+        for d in pending:
+            rc, status = answers.get(d["report"], (None, ""))
+            d["forward"][rv.version], d["forward_status"][rv.version] = rc, status
+            if rc != 0 and d["test"] not in known_there:
+                still.append(d)
+        pending = still
 
 
 def run_release(rv: ReleaseVenv, repo_root: Path, out_root: Path, *, workers: int, profile: str,
-                timeout: float, max_passes: int, replay_check: bool) -> ReleaseResult:
+                timeout: float, max_passes: int, replay_check: bool,
+                venvs: Sequence[ReleaseVenv] = ()) -> ReleaseResult:
     """Run the suite on one release (pass 1 + attribution passes) and attribute its failures."""
     rel_dir = out_root / rv.version
-    if rel_dir.exists():
-        shutil.rmtree(rel_dir)
-    rel_dir.mkdir(parents=True)
+    # the previous result.json stays until the new one replaces it: a page rendered meanwhile (by
+    # another `kvverify releases --release Y`) keeps this release's row
+    for old in (rel_dir.iterdir() if rel_dir.exists() else []):
+        if old.name != "result.json":
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
+    rel_dir.mkdir(parents=True, exist_ok=True)
     result = ReleaseResult(rv.version, str(rv.path), when=datetime.datetime.now(datetime.timezone.utc)
                            .strftime("%Y-%m-%d %H:%M UTC"))
     result.install_seconds, result.venv_bytes = _install_info(rv.path)
@@ -421,9 +556,26 @@ def run_release(rv: ReleaseVenv, repo_root: Path, out_root: Path, *, workers: in
         only = failing
     result.run_seconds = round(time.monotonic() - t0, 1)
     if replay_check:
-        _replay_check(result, rv, repo_root)
-    (rel_dir / "result.json").write_text(json.dumps(asdict(result), indent=1))
+        print(f"[{rv.version}] replaying {len([d for d in result.defects if d['report']])} report(s) on "
+              f"{rv.version} and on later releases until each passes", file=sys.stderr, flush=True)
+        replay_defects(result, venvs or [rv], repo_root, {r.version: r for r in load_results(out_root)})
+    write_result(result, out_root)
     return result
+
+
+def write_result(result: ReleaseResult, out_root: Path) -> Path:
+    """``reports/releases/X.Y.Z/result.json``, written atomically (another ``kvverify releases
+    --release`` may be rendering the page from it at the same time)."""
+    path = out_root / result.version / "result.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(path, json.dumps(asdict(result), indent=1))
+    return path
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def _add_defects(result: ReleaseResult, new: Sequence[Defect]) -> list[Defect]:
@@ -434,13 +586,8 @@ def _add_defects(result: ReleaseResult, new: Sequence[Defect]) -> list[Defect]:
     return fresh
 
 
-def _replay_check(result: ReleaseResult, rv: ReleaseVenv, repo_root: Path) -> None:
-    for d in result.defects:
-        if d["report"]:
-            d["replay_on_release"] = _replay_on(rv.path, d["report"], repo_root, timeout=600)
-
-
-def reattribute(rv: ReleaseVenv, repo_root: Path, out_root: Path, *, replay_check: bool) -> ReleaseResult | None:
+def reattribute(rv: ReleaseVenv, repo_root: Path, out_root: Path, *, replay_check: bool,
+                venvs: Sequence[ReleaseVenv] = ()) -> ReleaseResult | None:
     """Attribute a stored run again (its JUnit files and reports, every pass), without re-running
     the suite: after the zoo or the attribution changed."""
     rel_dir = out_root / rv.version
@@ -448,7 +595,12 @@ def reattribute(rv: ReleaseVenv, repo_root: Path, out_root: Path, *, replay_chec
         result = ReleaseResult(**json.loads((rel_dir / "result.json").read_text()))
     except (OSError, ValueError, TypeError):
         return None
-    earlier = {d.get("report"): (d.get("replay_on_release"), d.get("forward") or {}) for d in result.defects}
+    if not (rel_dir / "junit.xml").exists():  # a run of this release is under way (or its files are gone)
+        print(f"[{rv.version}] no junit.xml in {rel_dir}: a run is under way? its stored result is kept",
+              file=sys.stderr)
+        return result
+    keep = ("replay_on_release", "replay_status", "forward", "forward_status")
+    earlier = {d.get("report"): {k: d.get(k) for k in keep if k in d} for d in result.defects}
     result.defects = []
     pdirs = [rel_dir] + sorted((p for p in rel_dir.glob("pass*") if p.is_dir()), key=lambda p: version_key(p.name))
     for pdir in pdirs:
@@ -460,32 +612,12 @@ def reattribute(rv: ReleaseVenv, repo_root: Path, out_root: Path, *, replay_chec
             result.outcomes = [asdict(o) for o in outcomes]
         _add_defects(result, _attribute(outcomes, repo_root, pass_no, pdir))
     if replay_check:
-        _replay_check(result, rv, repo_root)
+        replay_defects(result, venvs or [rv], repo_root, {r.version: r for r in load_results(out_root)})
     else:  # keep what the earlier replays of the same reports said
         for d in result.defects:
-            d["replay_on_release"], d["forward"] = earlier.get(d["report"], (None, {}))
-    (rel_dir / "result.json").write_text(json.dumps(asdict(result), indent=1))
+            d.update(earlier.get(d["report"], {}))
+    write_result(result, out_root)
     return result
-
-
-def replay_forward(results: Sequence[ReleaseResult], venvs: Sequence[ReleaseVenv], repo_root: Path,
-                   out_root: Path, timeout: float = 600) -> None:
-    """Replay each defect's report on the later installed releases, oldest first, until it
-    passes (exit 0: the first release that fixed it); stores the statuses in the results."""
-    by_version = {rv.version: rv for rv in venvs}
-    for r in results:
-        later = [rv for v, rv in sorted(by_version.items(), key=lambda kv: version_key(kv[0]))
-                 if version_key(v) > version_key(r.version)]
-        for d in r.defects:
-            if not d.get("report"):
-                continue
-            d["forward"] = {}
-            for rv in later:
-                rc = _replay_on(rv.path, d["report"], repo_root, timeout)
-                d["forward"][rv.version] = rc
-                if rc == 0:
-                    break
-        (out_root / r.version / "result.json").write_text(json.dumps(asdict(r), indent=1))
 
 
 def load_results(out_root: Path) -> list[ReleaseResult]:
@@ -531,25 +663,47 @@ def _link(report: str | None, doc_dir: Path, repo_root: Path) -> str:
 
 
 def resolved_labels(defects: Sequence[Defect]) -> list[str]:
-    """Each defect's name within its release. A failure more than one zoo flaw reproduces (say
-    ``null_block_not_reserved | override_ignored_in_check`` on a one-block override pool) is
-    named by the one flaw among them that some other failure of the same release needs alone;
-    otherwise it keeps every candidate."""
-    sole = {d.flaws[0] for d in defects if len(d.flaws) == 1}
+    """Each defect's name within its release. A failure more than one zoo flaw (or pair) reproduces
+    (say ``null_block_not_reserved | override_ignored_in_check`` on a one-block override pool) is
+    named by the one candidate made only of flaws that some other failure of the same release
+    needs alone; otherwise it keeps every candidate."""
+    from kvverify.props.attribution import COMBINED, parts
+
+    sole = {d.flaws[0] for d in defects if len(d.flaws) == 1 and COMBINED not in d.flaws[0]}
     out = []
     for d in defects:
-        picked = [f for f in d.flaws if f in sole]
+        picked = [f for f in d.flaws if set(parts(f)) <= sole]
         out.append(picked[0] if len(d.flaws) > 1 and len(picked) == 1 else d.label)
     return out
 
 
-def _forward(forward: Mapping[str, int | None]) -> str:
-    if not forward:
+_SAID: dict[int | None, str] = {1: "exit 1", 0: "exit 0", REPLAY_DIFFERENT: "exit 1, another failure",
+                                2: "exit 2 (cannot replay)", None: "no answer"}
+
+
+def _own_replay(d: Defect) -> str:
+    if not d.report:
+        return f"no report: {d.no_report_reason}"
+    if d.replay_on_release is None and not d.replay_status:
         return "not run"
-    said: dict[int | None, str] = {1: "fails", 0: "passes", REPLAY_DIFFERENT: "fails differently"}
-    parts = [f"{v}: " + said.get(rc, "n/a") for v, rc in forward.items()]
-    fixed = next((v for v, rc in forward.items() if rc == 0), None)
-    return ", ".join(parts) + (f" (**first passes on {fixed}** of the installed releases)" if fixed else "")
+    own: dict[int | None, str] = {1: "exit 1 (reproduced)", 0: "exit 0 (NOT reproduced)"}
+    said = own.get(d.replay_on_release) or _SAID.get(d.replay_on_release, f"exit {d.replay_on_release}")
+    return said + (f": {d.replay_status}" if d.replay_status and d.replay_status != "reproduced" else "")
+
+
+def _forward(d: Defect) -> str:
+    if not d.report:
+        return "—"
+    if d.is_crash:
+        return "— (a crash is not a release defect until shown otherwise: not replayed forward)"
+    if not d.forward:
+        return "not run" if d.replay_on_release is None else "no later release installed"
+    parts = []
+    for v, rc in d.forward.items():
+        status = d.forward_status.get(v, "")
+        parts.append(f"{v}: {_SAID.get(rc, f'exit {rc}')}" + (f" ({status})" if rc == 0 and status else ""))
+    fixed = d.fixed_in
+    return ", ".join(parts) + (f" → **fixed in {fixed}**" if fixed else " → not fixed in the installed releases")
 
 
 def render(results: Sequence[ReleaseResult], *, repo_root: Path, doc_path: Path, command: str = "kvverify releases",
@@ -561,8 +715,12 @@ def render(results: Sequence[ReleaseResult], *, repo_root: Path, doc_path: Path,
          "`python -m pytest properties/ --target vllm -n 2 --hypothesis-profile=ci` in its own CPU-only venv",
          "(`scripts/install-vllm-target.sh --version X.Y.Z`, lock `constraints/vllm-X.Y.Z.txt`), with the same",
          "`--ignore` list as `.ci/run`'s vllm step. A failure's defect is named by replaying its report on the",
-         "reference with each bug-zoo flaw switched on (`kvverify/props/attribution.py`); later passes re-run",
-         "the failing tests with the identified flaws absorbed, so one defect does not hide the next.",
+         "reference with each bug-zoo flaw switched on, then each pair (`A + B`: the example needs both), by",
+         "`kvverify/props/attribution.py`; later passes re-run the failing tests with the identified flaws absorbed,",
+         "so one defect does not hide the next. Every report is replayed (`kvverify replay`'s code, one process per",
+         "venv) on its release (exit 1 = reproduced) and on the later installed releases until it passes (exit 0:",
+         "the first release that fixed it; `rejected` = the example no longer gets past the property's assumptions",
+         "there, e.g. its startup check now refuses the deployment).",
          "Report links point into `reports/releases/X.Y.Z/` (generated, not committed): rerun to get them.", ""]
     if not_run:
         L += [f"Installed but not run yet: {', '.join(not_run)}.", ""]
@@ -617,17 +775,15 @@ def render(results: Sequence[ReleaseResult], *, repo_root: Path, doc_path: Path,
               f"Run {r.when}; venv `{r.venv}`; pytest exit {r.returncode}; {r.passes} pass(es); "
               f"suite {_mins(r.run_seconds)}." + (f" Note: {_md(r.note)}" if r.note else ""), ""]
         if r.defects:
-            L += ["| property | defect (zoo flaw) | violation | shrunk counterexample | report | replay on this release "
+            L += [replay_line(r), "",
+                  "| property | defect (zoo flaw) | violation | shrunk counterexample | report | replay on this release "
                   "| replay on later releases |", "|---|---|---|---|---|---|---|"]
             for name, dd in named[r.version]:
-                rp = {1: "exit 1 (reproduced)", 0: "exit 0 (NOT reproduced)", None: "not run",
-                      REPLAY_DIFFERENT: "exit 1, a different failure"}.get(
-                    dd.replay_on_release, f"exit {dd.replay_on_release}")
                 also = [f for f in dd.flaws if f != name]
                 shown = name + (f" (also reproduced by: {', '.join(also)})" if also and name in dd.flaws else "")
                 L.append(f"| `{_md(dd.test.split('::', 1)[-1])}` (pass {dd.found_in_pass}) | {_md(shown)} | "
                          f"{_md(dd.violation)} | `{_md(dd.counterexample) or '—'}` | "
-                         f"{_link(dd.report, doc_dir, repo_root)} | {rp} | {_forward(dd.forward)} |")
+                         f"{_link(dd.report, doc_dir, repo_root)} | {_md(_own_replay(dd))} | {_md(_forward(dd))} |")
             L.append("")
         errors = [o for o in r.outcomes if o["status"] == "error"]
         for o in errors:
@@ -646,6 +802,118 @@ def render(results: Sequence[ReleaseResult], *, repo_root: Path, doc_path: Path,
     return "\n".join(L)
 
 
+def replay_line(r: ReleaseResult) -> str:
+    """One sentence on the release's replays: how many failures have a report, how many of
+    those reproduce on the release (exit 1) and pass on a later one (exit 0)."""
+    ds = [Defect(**d) for d in r.defects]
+    rep = [d for d in ds if d.report]
+    own = sum(d.replay_on_release == 1 for d in rep)
+    fixed = sum(d.fixed_in is not None for d in rep)
+    unrun = sum(d.replay_on_release is None and not d.replay_status for d in rep)
+    text = (f"Replays (`kvverify replay`, in each release's venv): {len(rep)} failure(s) with a report; "
+            f"{own} reproduce on {r.version} (exit 1); {fixed} pass on a later installed release (exit 0)")
+    if unrun:
+        text += f"; {unrun} not replayed yet"
+    if len(rep) < len(ds):
+        text += f"; {len(ds) - len(rep)} without a report (the table says why; never counted as a release defect)"
+    return text + "."
+
+
+SUMMARY_SCHEMA = "kvverify.releases/1"
+
+
+def summary(results: Sequence[ReleaseResult]) -> dict[str, Any]:
+    """The matrix data committed next to the page (``docs/releases.json``): per release, the
+    outcome counts and every failure with its resolved defect name and replay statuses. The
+    README's real-release zoo table is generated from it (:func:`zoo_real_release_section`)."""
+    out = []
+    for r in results:
+        counts = {k: 0 for k in _CELL}
+        for o in r.outcomes:
+            counts[o["status"]] = counts.get(o["status"], 0) + 1
+        ds = [Defect(**d) for d in r.defects]
+        out.append({
+            "version": r.version, "when": r.when, "passes": r.passes, "run_seconds": r.run_seconds,
+            "install_seconds": r.install_seconds, "counts": counts,
+            "failures": [{"test": d.test, "defect": lab, "flaws": d.flaws, "violation": d.violation[:300],
+                          "report": d.report, "found_in_pass": d.found_in_pass,
+                          "replay_on_release": d.replay_on_release, "replay_status": d.replay_status,
+                          "forward": d.forward, "fixed_in": d.fixed_in,
+                          "no_report_reason": d.no_report_reason or None}
+                         for lab, d in zip(resolved_labels(ds), ds)]})
+    return {"schema": SUMMARY_SCHEMA, "releases": out}
+
+
+README_BEGIN = "<!-- kvverify releases: real-release zoo table (generated from docs/releases.json; do not edit) -->"
+README_END = "<!-- end of the generated real-release zoo table -->"
+
+
+def zoo_real_release_section(data: Mapping[str, Any]) -> str:
+    """The README's real-release zoo table, from :func:`summary`'s data: for each zoo flaw,
+    "caught when re-introduced" (every catalogued flaw is: ``kvverify zoo``, tests/test_zoo.py)
+    next to the real releases whose own code failed with it, the replays' verdicts, and the
+    first release where its reports pass."""
+    from kvverify import flaws
+    from kvverify.props.attribution import COMBINED, parts
+
+    releases = list(data.get("releases") or [])
+    ran = [r["version"] for r in releases]
+    L = ["**Caught in real releases** ([docs/releases.md](docs/releases.md), `kvverify releases`): the unmodified",
+         "suite on each release's own code (CPU-only). A failure is named by replaying its report on the reference",
+         "with each zoo flaw (then each pair) switched on; the report is replayed on the release (`kvverify replay`,",
+         "exit 1 = reproduced) and on the later installed releases until it passes (exit 0: the first release",
+         "that fixed it). Releases run: " + (", ".join(ran) or "none") + ".", "",
+         "| flaw | caught when re-introduced | caught in real release |", "|---|---|---|"]
+    for name in flaws.CATALOG:
+        alone: dict[str, list[dict[str, Any]]] = {}
+        shared: dict[tuple[str, str], int] = {}  # (release, how) -> failures
+        for r in releases:
+            for f in r.get("failures") or []:
+                lab = f.get("defect") or ""
+                alternatives = [a.strip() for a in lab.split(" | ")]
+                if lab == name:
+                    alone.setdefault(r["version"], []).append(f)
+                    continue
+                if not any(name in parts(a) for a in alternatives):
+                    continue
+                if len(alternatives) > 1:  # several explanations, this flaw in some
+                    how = "ambiguous: " + " or ".join(f"`{a}`" for a in alternatives)
+                else:  # one explanation: this flaw together with another
+                    how = "together with " + ", ".join(f"`{p}`" for p in parts(lab) if p != name)
+                shared[(r["version"], how)] = shared.get((r["version"], how), 0) + 1
+        cells = []
+        if alone:
+            fails = [f for fs in alone.values() for f in fs]
+            with_report = [f for f in fails if f.get("report")]
+            own = sum(f.get("replay_on_release") == 1 for f in with_report)
+            fixed = sorted({f["fixed_in"] for f in with_report if f.get("fixed_in")}, key=version_key)
+            forwarded = any(f.get("forward") for f in with_report)
+            cell = ", ".join(alone) + f" ({len(fails)} failure{'s' * (len(fails) != 1)}"
+            if with_report:
+                cell += (f"; replays: {own}/{len(with_report)} exit 1 on their release, "
+                         + (f"first pass (exit 0) on {' / '.join(fixed)}" if fixed else
+                            "no later installed release passes them" if forwarded else
+                            "later releases not replayed yet"))
+            cells.append(cell + ")")
+        for (version, how), n in sorted(shared.items(), key=lambda kv: (version_key(kv[0][0]), kv[0][1])):
+            cells.append(f"{version} {how} ({n} failure{'s' * (n != 1)})")
+        L.append(f"| `{name}` | yes | {_md('; '.join(cells) or 'not found in the releases run')} |")
+    return "\n".join(L)
+
+
+def update_readme(readme: Path, section: str) -> bool:
+    """Replace the text between :data:`README_BEGIN` and :data:`README_END` in ``readme``
+    (re-read just before, written atomically); ``False`` when the markers are missing."""
+    text = readme.read_text()
+    i, j = text.find(README_BEGIN), text.find(README_END)
+    if i < 0 or j < i:
+        return False
+    new = text[:i + len(README_BEGIN)] + "\n" + section + "\n" + text[j:]
+    if new != text:
+        _write_atomic(readme, new)
+    return True
+
+
 def results_json(results: Sequence[ReleaseResult]) -> dict[str, Any]:
     return {"releases": [asdict(r) for r in results]}
 
@@ -661,7 +929,9 @@ def add_releases_parser(sub: Any) -> None:
                         "os.pathsep-separated, else .venv-vllm* in the checkout and ../venvs/vllm-*)")
     r.add_argument("--release", action="append", default=[], metavar="X.Y.Z",
                    help="only these releases (repeatable); others keep their stored results")
-    r.add_argument("--output", default=None, metavar="PATH", help="the Markdown page (default docs/releases.md)")
+    r.add_argument("--output", default=None, metavar="PATH",
+                   help="the Markdown page (default docs/releases.md; its data goes next to it as .json, and "
+                        "only the default page also regenerates the README's real-release zoo table)")
     r.add_argument("--reports-root", default=None, metavar="DIR",
                    help="per-release reports, JUnit and results (default reports/releases)")
     r.add_argument("--workers", type=int, default=2, help="pytest-xdist workers per run (0: no xdist)")
@@ -670,13 +940,13 @@ def add_releases_parser(sub: Any) -> None:
     r.add_argument("--max-passes", type=int, default=3,
                    help="attribution passes per release (1: no re-run with identified defects absorbed)")
     r.add_argument("--no-replay-check", action="store_true",
-                   help="do not replay each failure's report on its release's venv")
-    r.add_argument("--replay-forward", action="store_true",
-                   help="replay each failure's report on the later installed releases until one passes "
-                        "(the first release that fixed it)")
+                   help="do not replay the failures' reports (by default each is replayed on its release's venv, "
+                        "expected exit 1, then on the later installed releases until one passes: the first "
+                        "release that fixed it; one process per venv)")
     r.add_argument("--render-only", action="store_true", help="only re-render from stored results")
     r.add_argument("--reattribute", action="store_true",
-                   help="attribute the stored runs again (JUnit + reports), without re-running the suite")
+                   help="attribute the stored runs again (JUnit + reports) and replay their reports, "
+                        "without re-running the suite")
     r.add_argument("--list", action="store_true", help="list the discovered release venvs and exit")
     r.add_argument("--json", action="store_true", help="print the results as JSON")
     r.set_defaults(func=cmd_releases)
@@ -713,22 +983,29 @@ def cmd_releases(args: argparse.Namespace) -> int:
                               "no vLLM release venv found there (scripts/install-vllm-target.sh --version X.Y.Z DIR)")
         for rv in chosen:
             if args.reattribute:
-                reattribute(rv, root, out_root, replay_check=not args.no_replay_check)
+                reattribute(rv, root, out_root, replay_check=not args.no_replay_check, venvs=venvs)
                 continue
             run_release(rv, root, out_root, workers=args.workers, profile=args.profile, timeout=args.timeout,
-                        max_passes=args.max_passes, replay_check=not args.no_replay_check)
+                        max_passes=args.max_passes, replay_check=not args.no_replay_check, venvs=venvs)
     results = load_results(out_root)
-    if args.replay_forward:
-        chosen_versions = set(args.release) or {r.version for r in results}
-        replay_forward([r for r in results if r.version in chosen_versions], venvs, root, out_root)
     doc.parent.mkdir(parents=True, exist_ok=True)
-    tmp = doc.with_name(doc.name + ".tmp")
     ran = {r.version for r in results}
-    tmp.write_text(render(results, repo_root=root, doc_path=doc,
-                          not_run=[rv.version for rv in venvs if rv.version not in ran]) + "\n")
-    os.replace(tmp, doc)
+    _write_atomic(doc, render(results, repo_root=root, doc_path=doc,
+                              not_run=[rv.version for rv in venvs if rv.version not in ran]) + "\n")
+    data = summary(results)
+    _write_atomic(doc.with_suffix(".json"), json.dumps(data, indent=1) + "\n")
+    if args.output is None and args.reports_root is None:  # the project's page: its README table too
+        if not update_readme(root / "README.md", zoo_real_release_section(data)):
+            print(f"README.md has no {README_BEGIN!r} marker: its real-release table was not updated",
+                  file=sys.stderr)
     if args.json:
         print(json.dumps(results_json(results), indent=1))
     else:
         print(f"wrote {doc} ({len(results)} release(s))")
     return 1 if any(d for r in results for d in r.defects) else 0
+
+
+if __name__ == "__main__":  # pragma: no cover - the replay process in a release's venv (replay_command)
+    if sys.argv[1:2] == ["--replay-batch"]:
+        sys.exit(_replay_batch_main(sys.argv[2:]))
+    sys.exit("usage: python -m kvverify.cli.releases --replay-batch REPORT... (use `kvverify releases`)")

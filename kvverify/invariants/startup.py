@@ -6,7 +6,10 @@ For every block source (override, explicit KV memory, profiled memory):
   (catches ``null_block_not_reserved`` #35541, ``override_ignored_in_check`` #27181);
 * check fails on capacity => that request does not complete (the check is not
   needlessly strict). Judged where the worst case is one deterministic schedule (no
-  recycling groups); SWA / chunked bounds cover the worst chunk schedule by design;
+  recycling groups, no Mamba prefill checkpoint blocks); SWA / chunked bounds cover
+  the worst chunk schedule by design (their slack: the lemmas, finding F5). Mamba
+  ``align`` is judged: its ``2 + S`` is one block too many for a request whose computed
+  tokens stay within one block (finding F9);
 * auto-fit: the chosen length is servable and maximal (``L*`` passes, ``L* + 1`` does
   not, unless capped by the model's length) — ``autofit_ignores_null_block`` #48724,
   ``autofit_first_group_only`` #36030.
@@ -20,7 +23,7 @@ from kvverify.reference.driver import WorkloadResult
 from kvverify.invariants.base import Violation
 from kvverify.reference.planner import StartupPlan
 from kvverify.reference import kinds
-from kvverify.reference.specs import iter_layer_specs
+from kvverify.reference.specs import MambaSpec, iter_layer_specs
 from kvverify.targets.base import Target
 from kvverify.reference.workloads import full_length_request
 
@@ -47,6 +50,20 @@ def has_recycling_groups(plan: StartupPlan) -> bool:
     return any(kinds.is_recycling(s) for g in plan.groups for s in iter_layer_specs(g.kv_cache_spec))
 
 
+def has_schedule_dependent_bound(plan: StartupPlan) -> bool:
+    """Whether the startup bound covers a worst case that one lone full-length request need
+    not reach: recycling groups (SWA / chunked local: the window placed at the worst block
+    offset), or Mamba groups in ``align`` mode with prefill checkpoint blocks (``P``: taken
+    for a checkpoint inside a chunk, a schedule the reference does not model). Mamba
+    ``align`` without them is judged: ``2 + S`` is one lone request's need once its computed
+    tokens span two blocks, and one block too many below that (finding F9)."""
+    if has_recycling_groups(plan):
+        return True
+    return plan.vllm_config.mamba_cache_mode == "align" and any(
+        isinstance(s, MambaSpec) and s.num_prefill_checkpoint_blocks > 0
+        for g in plan.groups for s in iter_layer_specs(g.kv_cache_spec))
+
+
 def check_startup_vs_runtime(target: Target, plan: StartupPlan, num_outputs: int = 1,
                              check_strictness: bool = True) -> list[Violation]:
     """Check passes => the full-length request completes; refuses => it would not."""
@@ -59,7 +76,7 @@ def check_startup_vs_runtime(target: Target, plan: StartupPlan, num_outputs: int
                               "startup check passed but a max_model_len request does not complete "
                               "on the runtime pool", _evidence(plan, result))]
         return []
-    if not check_strictness or plan.num_blocks < 2 or has_recycling_groups(plan) \
+    if not check_strictness or plan.num_blocks < 2 or has_schedule_dependent_bound(plan) \
             or plan.auto_fit_max_model_len is None and plan.vllm_config.auto_max_model_len:
         return []
     result = run_full_length(target, plan, 1)

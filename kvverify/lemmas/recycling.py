@@ -425,14 +425,14 @@ def _mamba_cases() -> Iterator[Case]:
     def none_claim(v: Mapping) -> object:
         # mode none: the spec's block size is max_model_len (one block holds the whole state)
         got = arith.mamba_blocks_held(False, v["n"] + v["k"], v["n"], v["L"], v["S"])
-        return got <= arith.mamba_max_blocks(False, v["S"], v["P"])
+        return got <= arith.mamba_startup_blocks(False, v["S"], v["P"], v["L"], v["L"])
 
     yield Case("none, block_size = L (symbolic divisor)", {"mode": "none"}, common,
                domain=_step_domain, claim=none_claim, shrink=("L", "n", "k", "S"))
     for b in BLOCK_SIZES:
         def align_claim(v: Mapping, b: int = b) -> object:
             got = arith.mamba_blocks_held(True, v["n"] + v["k"], v["n"], b, v["S"])
-            return got <= arith.mamba_max_blocks(True, v["S"], v["P"])
+            return got <= arith.mamba_startup_blocks(True, v["S"], v["P"], v["L"], b)
 
         yield Case(f"align, B={b}", {"mode": "align", "block_size": b}, common,
                    domain=_step_domain, claim=align_claim, shrink=("L", "n", "k", "S"))
@@ -448,6 +448,66 @@ MAMBA = Lemma(
             f"(running state) retained slots are real: the MambaManager layout, checked step by step "
             f"against the manager by properties/test_lemma_models.py; prefill checkpoint blocks not taken"),
     cases=_mamba_cases)
+
+
+def _mamba_tight_cases() -> Iterator[Case]:
+    for b in BLOCK_SIZES:
+        def claim(v: Mapping, b: int = b) -> object:
+            # witness: the whole request in one step when L <= B, else the step crossing into
+            # block 1 (n = B computed, 1 new: the previous state block is still held)
+            short = v["L"] <= b
+            n = ite(short, 0, b)
+            k = ite(short, v["L"], 1)
+            got = arith.mamba_blocks_held(True, n + k, n, b, v["S"])
+            return and_(n + k <= v["L"], got == arith.mamba_startup_blocks(True, v["S"], 0, v["L"], b))
+
+        yield Case(f"align, B={b}", {"mode": "align", "block_size": b},
+                   (Var("L", 1, MAX_TOKENS_SYM), Var("S", 0, 64)),
+                   domain=lambda v: [], claim=claim, shrink=("L", "S"))
+
+
+def _replay_mamba_tight(case: Case, v: Mapping[str, int]) -> ReplayOutcome:
+    """A lone request of max_model_len L + 1 (L tokens of state computed) on a pool one block
+    below the startup bound: it completes."""
+    from kvverify.reference.driver import run_workload
+    from kvverify.reference.planner import plan_kv_cache
+    from kvverify.reference.specs import MambaSpec
+    from kvverify.reference.workloads import full_length_request
+
+    b, length = case.params["block_size"], v["L"] + 1
+    spec = MambaSpec(block_size=b, shapes=((1,),), dtypes=("float32",), mamba_cache_mode="align",
+                     num_speculative_blocks=v["S"])
+    base = dict(block_size=b, max_model_len=length, max_num_batched_tokens=max(length, 8),
+                enable_prefix_caching=True, mamba_cache_mode="align", kv_cache_memory_bytes=1 << 20)
+    bound = plan_kv_cache(VllmConfig(**base, num_gpu_blocks_override=1), [{"m": spec}]).blocks_per_group[0]
+    plan = plan_kv_cache(VllmConfig(**base, num_gpu_blocks_override=bound), [{"m": spec}])  # bound - 1 usable
+    result = run_workload(plan.vllm_config, plan.kv_cache_config, [full_length_request(length, 1)],
+                          max_steps=4 * length + 16)
+    return ReplayOutcome(bool(result.completed),
+                         f"startup bound {bound} blocks; a lone max_model_len={length} request "
+                         f"{'completes' if result.completed else 'does not complete'} on {bound - 1}",
+                         {"bound": bound, "completed": bool(result.completed)})
+
+
+F9 = Finding(
+    id="F9-mamba-align-bound-slack",
+    title="Mamba align reserves a second state block a one-block request never holds",
+    upstream="vllm/v1/kv_cache_interface.py: MambaSpec.max_memory_usage_bytes (align): 2 + S + P pages",
+    consequence=("the second page is the previous state, kept while the next block's state is written; "
+                 "a request whose L - 1 computed tokens fit in one block (max_model_len <= B + 1) never "
+                 "has one, nor a prefill checkpoint, and holds 1 + S: the check refuses pools that "
+                 "serve it, auto-fit stops short, reported concurrency is low (one page per Mamba group)"),
+    fix="mamba_align_bound_exact")
+
+MAMBA_TIGHT = Lemma(
+    name="mamba_align_bound_reached",
+    topic="mamba",
+    statement=("the Mamba align startup bound is reached: a step (witness: the whole request when "
+               "L <= B, else the step crossing into block 1) holds exactly that many blocks"),
+    domain=("L (tokens whose state is computed) <= 2^24 and S in [0, 64] symbolic; B enumerated; "
+            "P = 0 (prefill checkpoint blocks are not modelled); witness step explicit"),
+    cases=_mamba_tight_cases, replay=_replay_mamba_tight,
+    expected="counterexample", finding=F9)
 
 
 # --- held <= cap for every other registered recycling kind ---------------------------------
@@ -477,4 +537,5 @@ def generated_held_lemmas() -> list[Lemma]:
 
 
 LEMMAS = [SWA_HELD, SWA_TIGHT, CHUNKED_HELD, CHUNKED_HELD_ALIGNED, ONE_SOURCE, GATE, PREDICTOR, MAMBA,
+          MAMBA_TIGHT,
           *generated_held_lemmas()]

@@ -11,14 +11,9 @@ from kvverify.invariants.admission import check_admitted_on_empty_pool, check_wo
 from kvverify.invariants.base import assert_no_violations
 from kvverify.props.known import check_or_known
 from kvverify.props.recorder import recorded
-from kvverify.reference import kinds
 from kvverify.strategies import StartupCase, lengths, startup_cases, workloads
 
-#: every recycling kind (registry order) next to full attention
-_RECYCLING = tuple(k.name for k in kinds.recycling_kinds()) + ("full",)
-
-
-@given(case=startup_cases(allow_auto=False, kinds=_RECYCLING, max_len=1024), data=st.data())
+@given(case=startup_cases(allow_auto=False, max_len=1024), data=st.data())
 @recorded
 def test_request_within_startup_bound_is_admitted(target: Target, case: StartupCase, data) -> None:
     """Any request with ``num_tokens <= L`` is admitted on an empty pool of a started engine."""

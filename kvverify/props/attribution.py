@@ -21,12 +21,21 @@ Opt-in, general, and never aimed at a release (``pytest`` options, registered by
 Only checks routed through :func:`kvverify.props.known.assert_or_known` (those that can
 re-run the same case on the reference) are attributed in-test; ``kvverify releases``
 attributes the rest by replaying their reports on the reference (:func:`explain_report`).
+
+A release can ship several zoo flaws, and an example can need two of them at once (a pool
+one block short *and* a chunk that rounds down to 0 tokens). When no single flaw reproduces
+a failure, pairs are tried: a combination is named ``A + B`` (:data:`COMBINED`), and only
+when neither flaw alone reproduces it. In-test, pairs are drawn from the absorbed flaws only
+(already identified on this release; cheap), so a later pass does not stop on an example
+that two identified defects explain together; :func:`explain_report` tries every pair.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,7 +63,9 @@ _mode = Mode()
 def configure(*, name: bool = False, absorb: Iterable[str] = (), log_path: str | None = None) -> Mode:
     """Set the process-wide mode (the pytest plugin calls this in every xdist worker).
 
-    ``absorb`` holds flaw names or ``"all"``; an unknown name is a ``ConfigError``.
+    ``absorb`` holds flaw names, ``"A + B"`` combinations (each part is absorbed: a failure
+    they explain together is absorbed, see :func:`absorb_or_name`) or ``"all"``; an unknown
+    name is a ``ConfigError``.
     """
     global _mode
     names: set[str] = set()
@@ -65,7 +76,7 @@ def configure(*, name: bool = False, absorb: Iterable[str] = (), log_path: str |
             if part == "all":
                 names.update(flaws.CATALOG)
             else:
-                names.add(flaws.check_name(part))
+                names.update(flaws.check_name(f) for f in parts(part))
     _mode = Mode(name=name or bool(names), absorb=frozenset(names), log_path=log_path)
     return _mode
 
@@ -75,25 +86,46 @@ def mode() -> Mode:
     return _mode
 
 
+#: how a combination of flaws that explains a failure only together is named: ``A + B``
+COMBINED = " + "
+
+
+def combination(names: Iterable[str]) -> str:
+    """The name of flaws ``names`` switched on together (sorted, joined by :data:`COMBINED`)."""
+    return COMBINED.join(sorted(names))
+
+
+def parts(explanation: str) -> list[str]:
+    """The flaws an explanation switches on: ``"A + B"`` -> ``["A", "B"]``, ``"A"`` -> ``["A"]``."""
+    return [p.strip() for p in explanation.split(COMBINED.strip()) if p.strip()]
+
+
 def explaining_flaws(violations: Sequence[Violation],
                      on_reference: Callable[[], Sequence[Violation]],
-                     candidates: Iterable[str] | None = None) -> list[str]:
+                     candidates: Iterable[str] | None = None,
+                     pair_candidates: Iterable[str] | None = None) -> list[str]:
     """The flaws with which the reference reproduces ``violations`` (every name among them).
 
     The caller has already seen the faithful reference pass the same case. A rerun that
-    raises counts as not reproducing (the flaw does not explain this failure).
+    raises counts as not reproducing (the flaw does not explain this failure). When no
+    single flaw does, the pairs drawn from ``pair_candidates`` (none by default) are tried,
+    each returned as ``"A + B"`` (:func:`combination`).
     """
     wanted = {v.name for v in violations}
-    found = []
-    for flaw in sorted(candidates if candidates is not None else flaws.CATALOG):
-        with flaws.only(flaw):
+
+    def reproduces(names: Sequence[str]) -> bool:
+        with flaws.only(*names):
             try:
                 got = {v.name for v in on_reference()}
             except Exception:  # noqa: BLE001 - a crashing rerun explains nothing
-                continue
-        if wanted and wanted <= got:
-            found.append(flaw)
-    return found
+                return False
+        return bool(wanted) and wanted <= got
+
+    found = [f for f in sorted(candidates if candidates is not None else flaws.CATALOG) if reproduces([f])]
+    if found or pair_candidates is None:
+        return found
+    return [combination(pair) for pair in itertools.combinations(sorted(set(pair_candidates)), 2)
+            if reproduces(pair)]
 
 
 def absorb_or_name(violations: Sequence[Violation],
@@ -107,10 +139,11 @@ def absorb_or_name(violations: Sequence[Violation],
     from hypothesis import event, note
     from hypothesis.control import currently_in_test_context
 
-    found = explaining_flaws(violations, on_reference)
+    # pairs only among the absorbed flaws: identified on this target already, and few
+    found = explaining_flaws(violations, on_reference, pair_candidates=m.absorb if len(m.absorb) > 1 else None)
     in_test = currently_in_test_context()
     _log(m, violations, found)
-    absorbed = [f for f in found if f in m.absorb]
+    absorbed = [f for f in found if set(parts(f)) <= m.absorb]
     if absorbed:
         if in_test:
             event("explained by zoo flaw " + absorbed[0])
@@ -135,26 +168,64 @@ def _log(m: Mode, violations: Sequence[Violation], found: Sequence[str]) -> None
         pass
 
 
-def explain_report(report: Mapping[str, Any], candidates: Iterable[str] | None = None) -> dict[str, Any]:
-    """Replay a counterexample report on the reference: faithful, then with each flaw on.
+def is_invariant_name(name: object) -> bool:
+    """Whether a report's violation name is an invariant's (``startup.too_loose``: dotted, lower
+    case) rather than an exception's type (``GroupingError``: the property crashed)."""
+    return isinstance(name, str) and bool(re.fullmatch(r"[a-z0-9_]+(?:\.[a-z0-9_\-]+)+", name))
 
-    Returns ``{"reference_reproduces": bool, "flaws": [...], "violation": name}``: the flaws
-    whose replay on the reference reproduces the recorded violation (same name). Used by
-    ``kvverify releases`` for failures recorded on a release.
+
+def same_invariant(recorded: Mapping[str, Any] | None, got: Mapping[str, Any] | None) -> bool:
+    """Whether two violations are one invariant with different diagnoses: the same statement
+    (``reason``) and the same name but its last part (``admission.stall.head_of_line`` and
+    ``admission.stall.no_progress``: "an admitted workload did not finish", stalled differently)."""
+    if not recorded or not got:
+        return False
+    a, b = str(recorded.get("name") or ""), str(got.get("name") or "")
+    return (is_invariant_name(a) and is_invariant_name(b) and a.count(".") >= 2
+            and a.rpartition(".")[0] == b.rpartition(".")[0] and bool(recorded.get("reason"))
+            and recorded.get("reason") == got.get("reason"))
+
+
+def explain_report(report: Mapping[str, Any], candidates: Iterable[str] | None = None,
+                   pairs: bool = True) -> dict[str, Any]:
+    """Replay a counterexample report on the reference: faithful, then with each flaw on,
+    then (``pairs``, when no single flaw does) with each pair of flaws on.
+
+    Returns ``{"reference_reproduces": bool, "flaws": [...], "violation": name, "fixes": [...]}``:
+    the flaws (or ``"A + B"`` pairs) whose replay on the reference reproduces the recorded
+    violation (same name). Used by ``kvverify releases`` for failures recorded on a release.
+
+    A known finding's property (:data:`kvverify.props.findings.KNOWN_FAILURES`) fails on a
+    release only where the finding's strict xfail does not apply: the release lacks the
+    finding. When the faithful reference (which has it) reproduces such a failure, the
+    replays are repeated with the finding's fix options on (``"fixes"``): the reference
+    without the finding, plus the flaw that makes it agree with the release.
     """
     from kvverify import reports
+    from kvverify.props.findings import FIXED_BY
 
     recorded = (report.get("violation") or {}).get("name")
+    if not is_invariant_name(recorded):  # an exception (a crash), not a violation: no flaw explains it
+        return {"reference_reproduces": False, "flaws": [], "violation": recorded, "fixes": []}
 
-    def reproduces(flaw_names: list[str]) -> bool:
+    def reproduces(flaw_names: list[str], fix_names: list[str]) -> bool:
         try:
-            outcome = reports.replay_report(report, target="reference", flaw_names=flaw_names, fix_names=[])
+            outcome = reports.replay_report(report, target="reference", flaw_names=flaw_names, fix_names=fix_names)
         except Exception:  # noqa: BLE001 - a replay that cannot run explains nothing
             return False
-        # "reproduced" (not "reproduced (different failure)"): the recorded violation's name
-        return outcome.reproduced and outcome.status == "reproduced"
+        # "reproduced" (not "reproduced (different failure)"): the recorded violation's name, or
+        # the same invariant with another diagnosis (admission.stall.head_of_line vs .no_progress)
+        return outcome.reproduced and (outcome.status == "reproduced"
+                                       or same_invariant(report.get("violation"), outcome.violation))
 
-    faithful = reproduces([])
-    found = [] if faithful else [f for f in sorted(candidates if candidates is not None else flaws.CATALOG)
-                                 if reproduces([f])]
-    return {"reference_reproduces": faithful, "flaws": found, "violation": recorded}
+    faithful = reproduces([], [])
+    fixes: list[str] = []
+    names = sorted(candidates if candidates is not None else flaws.CATALOG)
+    if faithful:
+        fixes = list(FIXED_BY.get(str(report.get("property") or ""), ()))
+        if not fixes or reproduces([], fixes):
+            return {"reference_reproduces": True, "flaws": [], "violation": recorded, "fixes": []}
+    found = [f for f in names if reproduces([f], fixes)]
+    if not found and pairs:
+        found = [combination(pair) for pair in itertools.combinations(names, 2) if reproduces(list(pair), fixes)]
+    return {"reference_reproduces": faithful, "flaws": found, "violation": recorded, "fixes": fixes}

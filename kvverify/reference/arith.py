@@ -78,6 +78,19 @@ def mamba_max_blocks(align_mode: object, num_speculative_blocks: Num,
                1 + num_speculative_blocks)
 
 
+def mamba_startup_blocks(align_mode: object, num_speculative_blocks: Num,
+                         num_prefill_checkpoint_blocks: Num, state_tokens: Num, block_size: Num) -> Num:
+    """``MambaSpec.max_memory_usage_bytes`` in pages: :func:`mamba_max_blocks` (upstream).
+
+    Fix ``mamba_align_bound_exact`` (finding F9): in ``align`` mode a request whose state is
+    computed for at most ``state_tokens <= B`` tokens holds one state block, so ``1 + S``.
+    """
+    bound = mamba_max_blocks(align_mode, num_speculative_blocks, num_prefill_checkpoint_blocks)
+    if fixes.is_on("mamba_align_bound_exact"):
+        return ite(and_(align_mode, state_tokens <= block_size), 1 + num_speculative_blocks, bound)
+    return bound
+
+
 def cross_attention_blocks(max_encoder_tokens: Num, block_size: Num) -> Num:
     """``CrossAttentionSpec``: ``cdiv(max_num_encoder_input_tokens, B)``."""
     return cdiv(max_encoder_tokens, block_size)

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, ClassVar, Mapping
 
+from kvverify import fixes
 from kvverify.reference import arith
 from kvverify.reference.dtypes import get_dtype_size
 from kvverify.errors import MAX_BYTES, MAX_TOKENS, ConfigError, require_int
@@ -292,10 +293,21 @@ class MambaSpec(KVCacheSpec):
                    and s.page_size_bytes == self.page_size_bytes for s in specs.values())
 
     def max_memory_usage_bytes(self, vllm_config: VllmConfig) -> int:
-        """Pages ``2 + S + P`` when the *engine's* cache mode is ``align``, else ``1 + S``."""
-        return self.page_size_bytes * arith.mamba_max_blocks(
+        """Pages ``2 + S + P`` when the *engine's* cache mode is ``align``, else ``1 + S``
+        (``1 + S`` for a one-block request under fix ``mamba_align_bound_exact``, F9)."""
+        return self.page_size_bytes * arith.mamba_startup_blocks(
             vllm_config.mamba_cache_mode == "align", self.num_speculative_blocks,
-            self.num_prefill_checkpoint_blocks)
+            self.num_prefill_checkpoint_blocks, _mamba_state_tokens(vllm_config), self.block_size)
+
+
+def _mamba_state_tokens(vllm_config: VllmConfig) -> int:
+    """Tokens whose Mamba state one request computes: ``L - 1`` (its last sampled token is never
+    fed back; ``align`` ignores lookahead), as F9's patch. ``vllm_config.max_model_len`` is the
+    planned length: already ``L - 1`` under fix ``check_plans_computed_tokens`` without lookahead."""
+    planned = vllm_config.max_model_len
+    if fixes.is_on("check_plans_computed_tokens") and vllm_config.num_lookahead_tokens == 0:
+        return planned
+    return max(1, planned - 1)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,6 +7,7 @@ or as a lemma counterexample (``kvverify prove``) — a report is written to
     reports/<property>-<short hash>.json   the failure, fully serialized (replayable)
     reports/<property>-<short hash>.md     the same for a person to read
     reports/<property>-<short hash>.svg    a workload failure's timeline, step by step
+                                           (a pool state machine's: rule by rule)
 
 A report holds the invariant and its one-line reason, the evidence numbers, the shrunk
 example with every ``VllmConfig`` field and every layer spec as tables (VOPR-style), the

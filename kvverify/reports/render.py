@@ -50,7 +50,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
            f"> {v.get('reason')}", ""]
     if report.get("timeline"):
         svg = f"{report.get('id')}.svg"
-        out += [f"![timeline: blocks held, free blocks and requests per scheduler step]({svg})", "",
+        per = "rule step" if report["timeline"].get("kind") == "stateful" else "scheduler step"
+        out += [f"![timeline: blocks held, free blocks and requests per {per}]({svg})", "",
                 f"Timeline of the failing run, step by step: [{svg}]({svg})", ""]
     facts = [("property", ref_text(report.get("property_ref") or {})),
              ("target", report.get("target")),

@@ -11,7 +11,7 @@ import inspect
 import os
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from kvverify.reports.build import (
     describe_example,
@@ -155,10 +155,64 @@ def build_stateful_report(machine: type, exc: BaseException, *, found_by: str,
     }
     report["run"] = {"found_by": found_by, "nodeid": nodeid, "hypothesis_notes": notes,
                      "versions": versions()}
+    report["timeline"] = None
+    if blob is not None and getattr(machine, "record_steps", None) is not None:
+        try:
+            report["timeline"] = timeline_of_machine(machine, blob, report["violation"], flaw_names, fix_names)
+        except Exception as e:  # noqa: BLE001 - a report without its picture beats no report
+            report["run"]["timeline_error"] = f"{type(e).__name__}: {sanitize(str(e))[:300]}"
     if nodeid is None:
         nodeid = suite_nodeid(f"Test{machine.__name__}") or suite_nodeid(machine.__name__)
     flags = "".join(f" --flaw {n}" for n in flaw_names)
     return finish_report(report, directory, pytest_cmd=f"python -m pytest '{nodeid}'{flags}" if nodeid else None)
+
+
+def timeline_of_machine(machine: type, blob: tuple[str, str], violation: Mapping[str, Any],
+                        flaw_names: Sequence[str] = (), fix_names: Sequence[str] = ()) -> dict[str, Any] | None:
+    """The failing program replayed from its blob with ``record_steps`` on, rule by rule.
+
+    For machines that record (``record_steps``, a :class:`kvverify.steptrace.RuleRecorder` in
+    ``self.steps``, e.g. :class:`kvverify.props.pool_machine.PoolMachine`), under the report's
+    flaws and fixes. ``None`` when the program built no pool; raises when it does not fail again.
+    """
+    from hypothesis import Verbosity, settings
+    from hypothesis.errors import DidNotReproduce
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from kvverify.hypothesis_hooks import reproducing_machine
+    from kvverify.reports.common import switched
+    from kvverify.reports.timeline import rule_timeline_json
+
+    ran: list[Any] = []
+    own_teardown = getattr(machine, "teardown")
+
+    def teardown(self: Any) -> None:
+        ran.append(self)
+        own_teardown(self)
+
+    recording = type(machine.__name__, (machine,), {"record_steps": True, "teardown": teardown,
+                                                     "__module__": machine.__module__,
+                                                     "__qualname__": machine.__qualname__})
+    replayer = reproducing_machine(recording, blob[0], blob[1].encode("ascii"))
+    error: BaseException | None = None
+    with switched(flaw_names, fix_names):
+        try:
+            run_state_machine_as_test(replayer, settings=settings(database=None, deadline=None, print_blob=False,
+                                                                  verbosity=Verbosity.quiet))
+        except Exception as e:  # noqa: BLE001 - the failure is what is drawn
+            error = e
+    if error is None or isinstance(error, DidNotReproduce):
+        raise ReportError("the falsifying program did not fail again when replayed to record its timeline")
+    steps = getattr(ran[-1], "steps", None) if ran else None
+    if steps is None:
+        return None
+    name = str(violation.get("name") or type(error).__name__)
+    trace = steps.result(True, name)
+    on = ", ".join([f"flaw {f}" for f in flaw_names] + [f"fix {f}" for f in fix_names])
+    subtitle = str(violation.get("reason") or "") + (f"  [{on}]" if on else "")
+    n = len(trace.rows)
+    label = f"the falsifying program: setup and {n - 1} rule" + ("" if n == 2 else "s") + ", step by step"
+    return rule_timeline_json(trace, title=f"{name} — {machine.__name__}", subtitle=subtitle, label=label)
 
 
 def report_stateful(machine: type, exc: BaseException, *, directory: str | os.PathLike[str] | None = None,

@@ -44,6 +44,7 @@ PATCHES: dict[str, str] = {
     "capacity_helpers_plan_like_engine": "F6-public-capacity-helpers-disagree-with-planner.diff",
     "chunked_local_alignment_checked_at_startup": "F7-chunked-local-hybrid-asserts-after-startup.diff",
     "encoder_decoder_prefix_caching_refused": "F8-encoder-decoder-prefix-caching-crashes.diff",
+    "mamba_align_bound_exact": "F9-mamba-align-bound-slack.diff",
 }
 
 #: bump when the layout of an overlay changes (old cache entries are then ignored)

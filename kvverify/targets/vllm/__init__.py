@@ -19,8 +19,8 @@ By concern:
 
 Upstream objects are rebuilt from the plan on every call (upstream mutates its config),
 so a plan is plain data and can be replayed. Knobs the adapter cannot express on upstream
-(``kv_connector``, ``max_concurrent_batches != 1``, ``num_prefill_lookahead_tokens``, or a
-knob the installed release does not have) reject the example; a capability the release
+(``kv_connector``, ``max_concurrent_batches != 1``, or a knob the installed release does
+not have, e.g. ``num_prefill_lookahead_tokens`` before 0.31) reject the example; a capability the release
 lacks skips the property with the reason.
 """
 

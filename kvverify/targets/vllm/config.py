@@ -40,9 +40,11 @@ def refuse_missing_knob(e: compat.KnobMissing, version: str) -> Any:
     return unsupported(f"vLLM {version}: {e}")
 
 
-def _set_lookahead(vc: Any, num_lookahead_tokens: int) -> None:
+def _set_lookahead(vc: Any, num_lookahead_tokens: int, num_prefill_lookahead_tokens: int = 0) -> None:
     """Give ``vc`` the ``num_lookahead_tokens`` a speculative config would (planning, the
-    KV cache manager's ``max_in_flight_tokens`` and the Scheduler read the property).
+    KV cache manager's ``max_in_flight_tokens`` and the Scheduler read the property), and the
+    ``num_prefill_lookahead_tokens`` (0.31 and later: grouping's ``extra_retained_tokens``, the
+    Scheduler's prefill reservation, the coordinator's re-prefillable tail) the same way.
 
     Releases with the ``VllmConfig.num_lookahead_tokens`` property (0.28 and later) get it through a subclass whose
     property returns the value; a stand-in speculative config would also switch on
@@ -54,11 +56,15 @@ def _set_lookahead(vc: Any, num_lookahead_tokens: int) -> None:
         return
     sub = _LOOKAHEAD_CLASSES.get(cls)
     if sub is None:
-        sub = _LOOKAHEAD_CLASSES[cls] = type(cls.__name__, (cls,), {
-            "__module__": cls.__module__,
-            "num_lookahead_tokens": property(lambda self: self.kvverify_num_lookahead_tokens,
-                                             doc="kvverify: the config's num_lookahead_tokens")})
+        props = {"num_lookahead_tokens": property(lambda self: self.kvverify_num_lookahead_tokens,
+                                                  doc="kvverify: the config's num_lookahead_tokens")}
+        if isinstance(getattr(cls, "num_prefill_lookahead_tokens", None), property):
+            props["num_prefill_lookahead_tokens"] = property(
+                lambda self: self.kvverify_num_prefill_lookahead_tokens,
+                doc="kvverify: the config's num_prefill_lookahead_tokens")
+        sub = _LOOKAHEAD_CLASSES[cls] = type(cls.__name__, (cls,), {"__module__": cls.__module__, **props})
     object.__setattr__(vc, "kvverify_num_lookahead_tokens", num_lookahead_tokens)
+    object.__setattr__(vc, "kvverify_num_prefill_lookahead_tokens", num_prefill_lookahead_tokens)
     vc.__class__ = sub
 
 
@@ -79,8 +85,9 @@ def upstream_config(config: VllmConfig, *, max_model_len: int | None = None) -> 
     if config.max_concurrent_batches != 1:
         unsupported("max_concurrent_batches != 1 (upstream derives it from pipeline parallelism / "
                     "async scheduling, which the CPU platform turns off)")
-    if config.num_prefill_lookahead_tokens:
-        unsupported("num_prefill_lookahead_tokens (upstream derives it from a speculative config)")
+    if config.num_prefill_lookahead_tokens and not isinstance(
+            getattr(up.VllmConfig, "num_prefill_lookahead_tokens", None), property):
+        unsupported(f"vLLM {caps.version} has no num_prefill_lookahead_tokens")
     auto = config.auto_max_model_len and max_model_len is None
     length = config.planning_max_model_len if max_model_len is None else max_model_len
     try:
@@ -107,8 +114,8 @@ def upstream_config(config: VllmConfig, *, max_model_len: int | None = None) -> 
     # is assigned afterwards (no validation on assignment).
     vc.model_config = _model_config_stand_in(length, -1 if auto else length)
     vc.scheduler_config.max_num_encoder_input_tokens = config.encoder_tokens
-    if config.num_lookahead_tokens:
-        _set_lookahead(vc, config.num_lookahead_tokens)
+    if config.num_lookahead_tokens or config.num_prefill_lookahead_tokens:
+        _set_lookahead(vc, config.num_lookahead_tokens, config.num_prefill_lookahead_tokens)
     if up.register_all_kvcache_specs is not None:
         up.register_all_kvcache_specs(vc)
     return vc

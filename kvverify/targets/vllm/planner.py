@@ -173,6 +173,11 @@ def plan(target: Any, vllm_config: VllmConfig, kv_cache_specs: Sequence[Mapping[
             resolve_layout(target, vc, up_specs)
             groups = _global_groups(up, vc, [dict(w) for w in up_specs])
         except (AssertionError, ValueError, NotImplementedError, TypeError) as e:
+            if isinstance(e, NotImplementedError) and _has_padded_page(kv_cache_specs):
+                # page unification that pads (a padded layer next to others, >= 0.32) is missing:
+                # the release refuses the model at startup; not a capacity verdict
+                unsupported(f"vLLM {target.version} cannot unify the page sizes of padded layers "
+                            f"(upstream grouping: {e})")
             raise GroupingError(f"upstream grouping refused the specs: {type(e).__name__}: {e}") from e
         with contextlib.ExitStack() as stack:
             if not checks:
@@ -213,6 +218,10 @@ def plan(target: Any, vllm_config: VllmConfig, kv_cache_specs: Sequence[Mapping[
         blocks_per_group=blocks_per_group, starts=error is None, error=error,
         auto_fit_max_model_len=auto_fit_len,
         worker_groups=tuple(tr.groups_back(g) for g in projected))
+
+
+def _has_padded_page(kv_cache_specs: Sequence[Mapping[str, kv.KVCacheSpec]]) -> bool:
+    return any(getattr(s, "page_size_padded", None) is not None for w in kv_cache_specs for s in w.values())
 
 
 def _one_worker(target: Any, vllm_config: VllmConfig, kv_cache_spec: Mapping[str, kv.KVCacheSpec]) -> tuple[Any, dict]:

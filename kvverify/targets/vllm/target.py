@@ -45,10 +45,11 @@ class VllmTarget:
 
     def require_feature(self, feature: str) -> None:
         """Skip the property, with the reason, when this release lacks ``feature``
-        (``"admission_caps"``: SWA / chunked-local admission caps, from ``apply_admission_cap``)."""
-        if feature == "admission_caps" and not self.compat.has("get_num_blocks_to_allocate", "apply_admission_cap"):
-            lacks(self.version, "has no SWA / chunked-local admission caps (get_num_blocks_to_allocate "
-                                "has no apply_admission_cap): a cap the release does not have cannot be checked")
+        (``"admission_caps"``: SWA / chunked-local admission caps, detected as ``compat.Compat.admission_caps``)."""
+        if feature == "admission_caps" and self.compat.admission_caps == "none":
+            lacks(self.version, "has no SWA / chunked-local admission caps (no max_admission_blocks_per_request; "
+                                "the gate charges the full sequence): a cap the release does not have cannot be "
+                                "checked")
         # ``"coordinator_block_sizes"``: the coordinator receives the scheduler block size (>= 0.25)
         if feature == "coordinator_block_sizes" and not self.compat.has("get_kv_cache_coordinator",
                                                                          "scheduler_block_size"):
@@ -58,6 +59,11 @@ class VllmTarget:
     def expects_finding(self, finding: str) -> bool:
         """Whether known finding ``finding`` (``"F3"``) exists in this release (measured table)."""
         return compat.finding_expected(finding, self.compat, planner.memory_rules(self))
+
+    def finding_replay_masked(self, finding: str) -> str | None:
+        """Why ``finding``'s minimal counterexample cannot show it on this release (another
+        defect of the release fails it first), or ``None`` (``compat.FINDING_REPLAY_MASKED``)."""
+        return compat.finding_replay_masked(finding, self.compat)
 
     # -- planning --
 
