@@ -35,7 +35,7 @@ select="${MUTATION_SELECT:-}"
 [ -n "$select" ] || { [ -d mutants ] && select=pending || select=all; }
 names=("${patterns[@]}")
 if [ "$select" != all ]; then
-  mapfile -t names < <("$PY" scripts/mutation_report.py --select "$select" "${modules[@]}")
+  mapfile -t names < <("$PY" scripts/mutation_report.py --select "$select" "${modules[@]}" | grep -v '^$' || true)
   if [ "${#names[@]}" -eq 0 ]; then
     echo "mutation: no $select mutants in: ${modules[*]}"
     exec "$PY" scripts/mutation_report.py "${modules[@]}"

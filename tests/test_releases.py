@@ -458,7 +458,7 @@ def test_pairs_explain_a_failure_no_single_flaw_explains(monkeypatch: pytest.Mon
     assert attribution.explaining_flaws(seen, rerun, pair_candidates=sorted(need) + ["autofit_first_group_only"]) \
         == ["mamba_align_zero_chunk + null_block_not_reserved"]
     assert attribution.parts("a + b") == ["a", "b"] and attribution.parts("a") == ["a"]
-    # a crash (an exception's name, not an invariant's) is never put down to a zoo flaw
+    # a crash (an exception's name, not an invariant's) with no message is never put down to a zoo flaw
     crash = {"violation": {"name": "GroupingError"}}
     monkeypatch.setattr(reports, "replay_report", lambda *a, **k: reports.ReplayOutcome(True, "reproduced", ""))
     assert attribution.explain_report(crash)["flaws"] == [] and attribution.explain_report(report)["flaws"] == []
@@ -563,6 +563,30 @@ def test_reattribute_leaves_a_release_whose_run_is_under_way(tmp_path: Path) -> 
     rv = R.ReleaseVenv("0.20.0", tmp_path / "v")
     assert R.reattribute(rv, tmp_path, root, replay_check=True) is not None
     assert (root / "0.20.0" / "result.json").read_text() == before  # no JUnit yet: nothing rewritten
+
+
+def test_a_crash_is_explained_only_by_the_same_error_on_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release that crashes (0.20.0: ``ValueError: Cannot get 1 free blocks from the pool``) is
+    explained by the flaw under which the reference fails with the same message (its driver
+    records the pool error as evidence); another message, or the same invariant without that
+    error, explains nothing."""
+    from kvverify import reports
+    crash = {"violation": {"name": "ValueError", "reason": "Cannot get 1 free blocks from the pool"}}
+    too_loose = {"name": "startup.too_loose", "reason": "r",
+                 "evidence": {"error": "PoolExhaustedError: Cannot get 1 free blocks from the pool"}}
+    stalled = {"name": "startup.too_loose", "reason": "r", "evidence": {"error": None, "stall": "no_progress"}}
+
+    def fake_replay(report, *, target, flaw_names, fix_names):
+        if "swa_cap_on_allocation" in flaw_names:
+            return reports.ReplayOutcome(True, "reproduced (different failure)", "", too_loose)
+        return reports.ReplayOutcome(True, "reproduced (different failure)", "", stalled)
+    monkeypatch.setattr(reports, "replay_report", fake_replay)
+    out = attribution.explain_report(crash)
+    assert out["flaws"] == ["swa_cap_on_allocation"] and out["reference_reproduces"] is False
+    other = {"violation": {"name": "ValueError", "reason": "Cannot get 2 free blocks from the pool"}}
+    assert attribution.explain_report(other)["flaws"] == []
+    assert attribution.same_crash("m", {"name": "KVVerifyError", "reason": "m"})
+    assert not attribution.same_crash("m", {"name": "startup.too_loose", "reason": "m"})
 
 
 def test_same_invariant_with_another_diagnosis_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -186,6 +186,26 @@ def same_invariant(recorded: Mapping[str, Any] | None, got: Mapping[str, Any] | 
             and recorded.get("reason") == got.get("reason"))
 
 
+def crash_message(violation: Mapping[str, Any] | None) -> str:
+    """A crash's message (``ValueError: Cannot get 1 free blocks from the pool`` -> the text after
+    the type), empty when the report records none."""
+    return str((violation or {}).get("reason") or "").strip()
+
+
+def same_crash(message: str, got: Mapping[str, Any] | None) -> bool:
+    """Whether a reference replay fails with the crash a release recorded: the replay's violation
+    carries an ``error`` (the reference's driver turns a pool error into evidence) or is itself an
+    exception, with the same message — the release's exception type is its own (``ValueError``
+    upstream, ``PoolExhaustedError`` in the reference), the message is upstream's, mirrored."""
+    if not got or not message:
+        return False
+    texts = [str(got.get("reason") or "")] if not is_invariant_name(got.get("name")) else []
+    error = (got.get("evidence") or {}).get("error")
+    if error:
+        texts.append(str(error).split(": ", 1)[-1])
+    return any(t.strip() == message for t in texts)
+
+
 def explain_report(report: Mapping[str, Any], candidates: Iterable[str] | None = None,
                    pairs: bool = True) -> dict[str, Any]:
     """Replay a counterexample report on the reference: faithful, then with each flaw on,
@@ -194,6 +214,8 @@ def explain_report(report: Mapping[str, Any], candidates: Iterable[str] | None =
     Returns ``{"reference_reproduces": bool, "flaws": [...], "violation": name, "fixes": [...]}``:
     the flaws (or ``"A + B"`` pairs) whose replay on the reference reproduces the recorded
     violation (same name). Used by ``kvverify releases`` for failures recorded on a release.
+    A crash (the release raised) is explained only by a replay that fails with the same error
+    message (:func:`same_crash`); a crash without a message is never put down to a flaw.
 
     A known finding's property (:data:`kvverify.props.findings.KNOWN_FAILURES`) fails on a
     release only where the finding's strict xfail does not apply: the release lacks the
@@ -205,7 +227,8 @@ def explain_report(report: Mapping[str, Any], candidates: Iterable[str] | None =
     from kvverify.props.findings import FIXED_BY
 
     recorded = (report.get("violation") or {}).get("name")
-    if not is_invariant_name(recorded):  # an exception (a crash), not a violation: no flaw explains it
+    crash = None if is_invariant_name(recorded) else crash_message(report.get("violation"))
+    if not is_invariant_name(recorded) and not crash:  # an exception without a message: nothing to match
         return {"reference_reproduces": False, "flaws": [], "violation": recorded, "fixes": []}
 
     def reproduces(flaw_names: list[str], fix_names: list[str]) -> bool:
@@ -213,6 +236,8 @@ def explain_report(report: Mapping[str, Any], candidates: Iterable[str] | None =
             outcome = reports.replay_report(report, target="reference", flaw_names=flaw_names, fix_names=fix_names)
         except Exception:  # noqa: BLE001 - a replay that cannot run explains nothing
             return False
+        if crash:  # the release crashed: the reference must fail with the same error message
+            return outcome.reproduced and same_crash(crash, outcome.violation)
         # "reproduced" (not "reproduced (different failure)"): the recorded violation's name, or
         # the same invariant with another diagnosis (admission.stall.head_of_line vs .no_progress)
         return outcome.reproduced and (outcome.status == "reproduced"
