@@ -26,7 +26,7 @@ import hashlib
 import math
 from dataclasses import dataclass
 from html import escape
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from kvverify.steptrace import RuleTrace, StepTrace
 
@@ -151,6 +151,38 @@ def _band(spans: Sequence[tuple[int, int]], lower: Sequence[float], upper: Seque
     return " ".join(top + bottom[::-1])
 
 
+def _panel(parts: list[str], name: str, *, top: float, height: float, plot_w: float, step0: int,
+           step1: int, vmax: float, count: int = 5, grid: bool = True,
+           headroom: bool = True) -> Callable[[float], float]:
+    """Open one panel's ``<g>`` (its data attributes are what the tests read back) with its frame,
+    y ticks and axis label; returns the value -> y function. ``headroom``: the blocks panels'
+    top (the next tick, or half a tick above ``vmax``); else the last tick."""
+    ticks = nice_ticks(vmax, count)
+    if headroom:
+        ymax = ticks[-1] if ticks[-1] > vmax else vmax + max(1, ticks[1] - ticks[0]) // 2
+    else:
+        ymax = max(ticks[-1], 1)
+    bottom = top + height
+
+    def y_of(v: float) -> float:
+        return bottom - v / ymax * height
+
+    parts.append(f'<g data-panel="{name}" data-x0="{LEFT}" data-x1="{LEFT + plot_w}" data-step0="{step0}" '
+                 f'data-step1="{step1}" data-y0="{_f(bottom)}" data-y1="{_f(top)}" data-v1="{ymax}">')
+    parts.append(f'<rect x="{LEFT}" y="{_f(top)}" width="{plot_w}" height="{height}" fill="#fbfcfd" '
+                 'stroke="#dde1e8"/>')
+    for tk in ticks:
+        if tk > ymax:
+            continue
+        y = y_of(tk)
+        if grid:
+            parts.append(f'<line x1="{LEFT}" y1="{_f(y)}" x2="{LEFT + plot_w}" y2="{_f(y)}" stroke="#eef1f5"/>')
+        parts.append(_text(LEFT - 6, y + 4, f"{tk:,}", size=10, anchor="end", fill="#5a6375"))
+    parts.append(_text(14, top + height / 2, name, size=11, anchor="middle", fill="#5a6375",
+                       extra=f' transform="rotate(-90 14 {_f(top + height / 2)})"'))
+    return y_of
+
+
 def _run_svg(run: TimelineRun, y0: float) -> tuple[list[str], float]:
     """The SVG elements of one run, starting at ``y0``; returns them and the height used."""
     t = run.trace
@@ -189,24 +221,7 @@ def _run_svg(run: TimelineRun, y0: float) -> tuple[list[str], float]:
     bottom = top + BLOCKS_H
     vmax = max([t.num_blocks, peak_held, max((r.free_blocks for r in rows), default=0)]
                + ([run.bound] if run.bound is not None else []))
-    ticks = nice_ticks(vmax)
-    ymax = ticks[-1] if ticks[-1] > vmax else vmax + max(1, ticks[1] - ticks[0]) // 2
-
-    def ys(v: float) -> float:
-        return bottom - v / ymax * BLOCKS_H
-
-    parts.append(f'<g data-panel="blocks" data-x0="{LEFT}" data-x1="{LEFT + plot_w}" data-step0="{x_start}" '
-                 f'data-step1="{x_end}" data-y0="{_f(bottom)}" data-y1="{_f(top)}" data-v1="{ymax}">')
-    parts.append(f'<rect x="{LEFT}" y="{_f(top)}" width="{plot_w}" height="{BLOCKS_H}" fill="#fbfcfd" '
-                 'stroke="#dde1e8"/>')
-    for tk in ticks:
-        if tk > ymax:
-            continue
-        y = ys(tk)
-        parts.append(f'<line x1="{LEFT}" y1="{_f(y)}" x2="{LEFT + plot_w}" y2="{_f(y)}" stroke="#eef1f5"/>')
-        parts.append(_text(LEFT - 6, y + 4, f"{tk:,}", size=10, anchor="end", fill="#5a6375"))
-    parts.append(_text(14, top + BLOCKS_H / 2, "blocks", size=11, anchor="middle", fill="#5a6375",
-                       extra=f' transform="rotate(-90 14 {_f(top + BLOCKS_H / 2)})"'))
+    ys = _panel(parts, "blocks", top=top, height=BLOCKS_H, plot_w=plot_w, step0=x_start, step1=x_end, vmax=vmax)
     spans = _spans(t)
     lower = [0.0] * len(rows)
     for g, name in enumerate(t.groups):
@@ -250,21 +265,8 @@ def _run_svg(run: TimelineRun, y0: float) -> tuple[list[str], float]:
     # --- requests panel
     rtop = bottom + 14
     rbottom = rtop + REQS_H
-    rmax_v = max([r.running + r.waiting for r in rows] + [1])
-    rticks = nice_ticks(rmax_v, 2)
-    rmax = max(rticks[-1], 1)
-
-    def yr(v: float) -> float:
-        return rbottom - v / rmax * REQS_H
-
-    parts.append(f'<g data-panel="requests" data-x0="{LEFT}" data-x1="{LEFT + plot_w}" data-step0="{x_start}" '
-                 f'data-step1="{x_end}" data-y0="{_f(rbottom)}" data-y1="{_f(rtop)}" data-v1="{rmax}">')
-    parts.append(f'<rect x="{LEFT}" y="{_f(rtop)}" width="{plot_w}" height="{REQS_H}" fill="#fbfcfd" '
-                 'stroke="#dde1e8"/>')
-    for tk in rticks:
-        parts.append(_text(LEFT - 6, yr(tk) + 4, f"{tk:,}", size=10, anchor="end", fill="#5a6375"))
-    parts.append(_text(14, rtop + REQS_H / 2, "requests", size=11, anchor="middle", fill="#5a6375",
-                       extra=f' transform="rotate(-90 14 {_f(rtop + REQS_H / 2)})"'))
+    yr = _panel(parts, "requests", top=rtop, height=REQS_H, plot_w=plot_w, step0=x_start, step1=x_end,
+                vmax=max([r.running + r.waiting for r in rows] + [1]), count=2, grid=False, headroom=False)
     if rows:
         parts.append(f'<polyline data-series="waiting" points="'
                      f'{_step_points(spans, [r.waiting for r in rows], xs, yr)}" fill="none" stroke="{WAITING}" '
@@ -561,26 +563,9 @@ def render_rule_timeline(trace: RuleTrace, *, title: str, subtitle: str = "", la
     strip = 12 * len(RULE_EVENTS)
     top = y0 + 64 + strip
     bottom = top + BLOCKS_H
-    vmax = max([trace.num_blocks, max(totals), max(r.free_blocks for r in rows)])
-    ticks = nice_ticks(vmax)
-    ymax = ticks[-1] if ticks[-1] > vmax else vmax + max(1, ticks[1] - ticks[0]) // 2
-
-    def ys(v: float) -> float:
-        return bottom - v / ymax * BLOCKS_H
-
     spans = [(r.step, r.step + 1) for r in rows]
-    parts.append(f'<g data-panel="blocks" data-x0="{LEFT}" data-x1="{LEFT + plot_w}" data-step0="0" '
-                 f'data-step1="{x_end}" data-y0="{_f(bottom)}" data-y1="{_f(top)}" data-v1="{ymax}">')
-    parts.append(f'<rect x="{LEFT}" y="{_f(top)}" width="{plot_w}" height="{BLOCKS_H}" fill="#fbfcfd" '
-                 'stroke="#dde1e8"/>')
-    for tk in ticks:
-        if tk > ymax:
-            continue
-        y = ys(tk)
-        parts.append(f'<line x1="{LEFT}" y1="{_f(y)}" x2="{LEFT + plot_w}" y2="{_f(y)}" stroke="#eef1f5"/>')
-        parts.append(_text(LEFT - 6, y + 4, f"{tk:,}", size=10, anchor="end", fill="#5a6375"))
-    parts.append(_text(14, top + BLOCKS_H / 2, "blocks", size=11, anchor="middle", fill="#5a6375",
-                       extra=f' transform="rotate(-90 14 {_f(top + BLOCKS_H / 2)})"'))
+    ys = _panel(parts, "blocks", top=top, height=BLOCKS_H, plot_w=plot_w, step0=0, step1=x_end,
+                vmax=max([trace.num_blocks, max(totals), max(r.free_blocks for r in rows)]))
     lower = [0.0] * len(rows)
     for g in range(len(trace.groups)):
         upper = [lo + (r.held[g] if g < len(r.held) else 0) for lo, r in zip(lower, rows)]
@@ -614,20 +599,8 @@ def render_rule_timeline(trace: RuleTrace, *, title: str, subtitle: str = "", la
     # --- requests panel
     rtop = bottom + 14
     rbottom = rtop + REQS_H
-    rticks = nice_ticks(max([r.live for r in rows] + [1]), 2)
-    rmax = max(rticks[-1], 1)
-
-    def yr(v: float) -> float:
-        return rbottom - v / rmax * REQS_H
-
-    parts.append(f'<g data-panel="requests" data-x0="{LEFT}" data-x1="{LEFT + plot_w}" data-step0="0" '
-                 f'data-step1="{x_end}" data-y0="{_f(rbottom)}" data-y1="{_f(rtop)}" data-v1="{rmax}">')
-    parts.append(f'<rect x="{LEFT}" y="{_f(rtop)}" width="{plot_w}" height="{REQS_H}" fill="#fbfcfd" '
-                 'stroke="#dde1e8"/>')
-    for tk in rticks:
-        parts.append(_text(LEFT - 6, yr(tk) + 4, f"{tk:,}", size=10, anchor="end", fill="#5a6375"))
-    parts.append(_text(14, rtop + REQS_H / 2, "requests", size=11, anchor="middle", fill="#5a6375",
-                       extra=f' transform="rotate(-90 14 {_f(rtop + REQS_H / 2)})"'))
+    yr = _panel(parts, "requests", top=rtop, height=REQS_H, plot_w=plot_w, step0=0, step1=x_end,
+                vmax=max([r.live for r in rows] + [1]), count=2, grid=False, headroom=False)
     parts.append(f'<polyline data-series="live" points="{_step_points(spans, [r.live for r in rows], xs, yr)}" '
                  f'fill="none" stroke="{RUNNING}" stroke-width="2"/>')
     parts.append(_text(LEFT + plot_w + 8, yr(rows[-1].live) + 4, f"live = {rows[-1].live}", size=11,
