@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from kvverify.errors import KVVerifyError
 from kvverify.hypothesis_hooks import given
 from kvverify.invariants.admission import check_workload_completes
-from kvverify.invariants.allocation import AllocationRecorder, check_allocations
 from kvverify.invariants.base import Violation, assert_no_violations
 from kvverify.props.recorder import recorded
+from kvverify.props.runtime import allocation_violations
 from kvverify.reference.config import VllmConfig
 from kvverify.reference.grouping import get_global_kv_cache_groups
 from kvverify.reference.planner import StartupPlan, blocks_per_request, bytes_per_block
@@ -190,12 +190,5 @@ def test_encoder_decoder_predictor_equals_allocator(target: Target, case: Startu
     work = data.draw(workloads(plan.vllm_config.max_model_len, max_requests=3, max_outputs=16), label="workload")
     work = [replace(w, num_encoder_tokens=data.draw(st.integers(1, encoder), label="encoder_tokens"))
             for w in work]
-    sched = target.scheduler(plan)
-    recorder = AllocationRecorder(sched.kv_cache_manager)
-    result = target.run_workload(plan, work, scheduler=sched)
-    found = check_allocations(recorder.records)
-    if result.error:
-        found.append(Violation("allocation.raised", "an admitted step raised from the pool",
-                               {"error": result.error, "steps": result.steps}))
-    assert_no_violations(found)
+    assert_no_violations(allocation_violations(target, plan, work))
 

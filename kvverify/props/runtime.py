@@ -20,6 +20,19 @@ from kvverify.strategies import StartupCase, startup_cases, workloads
 from kvverify.targets.base import Target
 
 
+
+def allocation_violations(target: Target, plan: StartupPlan, workload: Sequence[WorkloadSpec]) -> list[Violation]:
+    """Run ``workload`` on ``plan`` recording every ``allocate_slots``: predictor == allocator
+    (:func:`check_allocations`), and no admitted step raises from the pool."""
+    sched = target.scheduler(plan)
+    recorder = AllocationRecorder(sched.kv_cache_manager)
+    result = target.run_workload(plan, workload, scheduler=sched)
+    found = check_allocations(recorder.records)
+    if result.error:
+        found.append(Violation("allocation.raised", "an admitted step raised from the pool",
+                               {"error": result.error, "steps": result.steps}))
+    return found
+
 @given(case=startup_cases(allow_auto=False, max_len=256), data=st.data())
 @recorded
 def test_predictor_equals_allocator(target: Target, case: StartupCase, data) -> None:
@@ -28,18 +41,8 @@ def test_predictor_equals_allocator(target: Target, case: StartupCase, data) -> 
     assume(plan.starts and plan.vllm_config.max_model_len >= 2)
     workload = data.draw(workloads(plan.vllm_config.max_model_len), label="workload")
 
-    def violations(t):
-        fresh = t.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
-        sched = t.scheduler(fresh)
-        recorder = AllocationRecorder(sched.kv_cache_manager)
-        result = t.run_workload(fresh, workload, scheduler=sched)
-        found = check_allocations(recorder.records)
-        if result.error:
-            found.append(Violation("allocation.raised", "an admitted step raised from the pool",
-                                   {"error": result.error, "steps": result.steps}))
-        return found
-
-    check_or_known(target, violations)
+    check_or_known(target, lambda t: allocation_violations(
+        t, t.plan(case.vllm_config, case.kv_cache_specs, case.available_memory), workload))
 
 
 def _held_within_caps(target: Target, case: StartupCase, data) -> None:

@@ -516,7 +516,7 @@ def rule_story(trace: RuleTrace) -> str:
     if trace.failed_step is None:
         return f"no failure: at most {peak:,} of {trace.usable_blocks:,} usable blocks held"
     last = rows[-1]
-    lost = trace.num_blocks - 1 - sum(last.held) - last.free_blocks
+    lost = trace.usable_blocks - sum(last.held) - last.free_blocks
     pool = f"{sum(last.held):,} held + {last.free_blocks:,} free of {trace.usable_blocks:,} usable"
     pool += f", {lost:,} unaccounted" if lost > 0 else (f", {-lost:,} counted twice" if lost < 0 else "")
     return f"failed in step {trace.failed_step:,} ({last.rule}) with {pool}"
