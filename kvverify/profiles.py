@@ -4,7 +4,7 @@
 * ``ci`` — the deterministic CI gate: derandomized, a few hundred examples, no deadline,
   no database. Hypothesis auto-loads *its own* ``ci`` profile when ``CI`` is set; this
   one replaces it under the same name, and the suite selects it explicitly.
-* ``mutation`` — the ``ci`` gate with 50 examples (``KVVERIFY_MUTATION_EXAMPLES``), for
+* ``mutation`` — the ``ci`` gate with 20 examples (``KVVERIFY_MUTATION_EXAMPLES``), for
   one pytest run per mutant (``scripts/mutation.sh``).
 * ``nightly`` — random, thousands of examples, longer stateful runs, keeps a database
   (``KVVERIFY_DB`` or ``.hypothesis/examples``) so failures found at night replay by day.
@@ -28,7 +28,7 @@ def register_profiles() -> None:
     settings.register_profile("ci", max_examples=200, deadline=None, derandomize=True, database=None,
                               print_blob=True, suppress_health_check=_SUPPRESS, stateful_step_count=40)
     # mutation testing (docs/mutation.md): the ci gate, fewer examples, one run per mutant
-    settings.register_profile("mutation", max_examples=int(os.environ.get("KVVERIFY_MUTATION_EXAMPLES", "50")),
+    settings.register_profile("mutation", max_examples=int(os.environ.get("KVVERIFY_MUTATION_EXAMPLES", "20")),
                               deadline=None, derandomize=True, database=None,
                               suppress_health_check=_SUPPRESS, stateful_step_count=30)
     settings.register_profile(

@@ -8,7 +8,7 @@
 # mutmut copies the tree to mutants/, collects which tests call which function once
 # (its stats), then runs only those tests against each mutant (per-function test
 # selection), `MUTMUT_CHILDREN` at a time (default 2). Tests run under the `mutation`
-# Hypothesis profile (derandomized, KVVERIFY_MUTATION_EXAMPLES examples, default 50).
+# Hypothesis profile (derandomized, KVVERIFY_MUTATION_EXAMPLES examples, default 20).
 # Results accumulate in mutants/: a re-run only runs the mutants without a verdict
 # (MUTATION_SELECT=pending), MUTATION_SELECT=survivors re-checks the survivors,
 # MUTATION_SELECT=all everything; delete mutants/ to start over. The per-module survivors report is written to

@@ -239,3 +239,47 @@ def test_a_misspelled_switch_is_an_error_not_silently_off() -> None:
     for switches in (flaws, fixes):
         with pytest.raises(ConfigError):
             switches.is_on("XXnull_block_not_reservedXX")
+
+
+
+def _planted_scheduler_method(name: str, old: str, new: str, nth: int = 0):
+    """``Scheduler.<name>`` with the ``nth`` occurrence of ``old`` in its source replaced."""
+    import inspect
+    import textwrap
+
+    import kvverify.reference.scheduler as sm
+
+    src = textwrap.dedent(inspect.getsource(getattr(sm.Scheduler, name)))
+    parts = src.split(old)
+    assert len(parts) > nth + 1, f"{old!r} occurs fewer than {nth + 1} times"
+    src = old.join(parts[:nth + 1]) + new + old.join(parts[nth + 1:])
+    namespace: dict = {}
+    exec(compile(src, f"<planted {name}>", "exec"), vars(sm), namespace)
+    return namespace[name]
+
+
+@pytest.mark.parametrize("name, old, new, nth, violation", [
+    # mutation survivors schedule 77 / 76: the running pass's budget grows / is reset
+    ("schedule", "token_budget -= num_new", "token_budget += num_new", 0, "scheduling.token_budget"),
+    ("schedule", "token_budget -= num_new", "token_budget = num_new", 0, "scheduling.token_budget"),
+    # the same in the waiting pass (several admissions in one step)
+    ("schedule", "token_budget -= num_new", "token_budget += num_new", 1, "scheduling.token_budget"),
+    ("schedule", "token_budget -= num_new", "token_budget = num_new", 1, "scheduling.token_budget"),
+    ("schedule", "if len(self.running) >= self.max_num_running_reqs:",
+     "if len(self.running) > self.max_num_running_reqs:", 0, "scheduling.max_num_seqs"),
+    # computed tokens run past the request's tokens / a preempted request keeps one
+    ("schedule", "self.requests[rid].num_computed_tokens += n",
+     "self.requests[rid].num_computed_tokens += n + 2 * (n > 1)", 0, "scheduling.token_counts"),
+    ("_preempt_request", "request.num_computed_tokens = 0", "request.num_computed_tokens = 1", 0,
+     "scheduling.token_counts"),
+])
+def test_scheduler_step_bounds_are_checked(monkeypatch, name, old, new, nth, violation) -> None:
+    """``kvverify.invariants.scheduling`` (run by the predictor == allocator property after every
+    step): a step over ``max_num_batched_tokens``, more than ``max_num_seqs`` running requests,
+    or computed-token counts past the request's tokens fail it; before it, these planted
+    miscounts finished every workload and passed the property."""
+    from kvverify.props.runtime import test_predictor_equals_allocator as prop
+    from kvverify.reference.scheduler import Scheduler
+
+    monkeypatch.setattr(Scheduler, name, _planted_scheduler_method(name, old, new, nth))
+    assert violation in fails(prop)

@@ -12,6 +12,7 @@ from kvverify.invariants.allocation import AllocationRecorder, check_allocations
 from kvverify.invariants.base import Violation, assert_no_violations
 from kvverify.invariants.caps import check_held_within_caps
 from kvverify.invariants.pool import check_pool
+from kvverify.invariants.scheduling import check_step_budgets, check_step_requests
 from kvverify.props.known import check_or_known
 from kvverify.props.recorder import recorded
 from kvverify.reference.driver import SchedulerLike, WorkloadSpec
@@ -23,11 +24,19 @@ from kvverify.targets.base import Target
 
 def allocation_violations(target: Target, plan: StartupPlan, workload: Sequence[WorkloadSpec]) -> list[Violation]:
     """Run ``workload`` on ``plan`` recording every ``allocate_slots``: predictor == allocator
-    (:func:`check_allocations`), and no admitted step raises from the pool."""
+    (:func:`check_allocations`), no admitted step raises from the pool, and every step keeps
+    the scheduler's bounds (:mod:`kvverify.invariants.scheduling`)."""
     sched = target.scheduler(plan)
     recorder = AllocationRecorder(sched.kv_cache_manager)
-    result = target.run_workload(plan, workload, scheduler=sched)
-    found = check_allocations(recorder.records)
+    step_found: list[Violation] = []
+
+    def on_step(s: SchedulerLike, step: int) -> None:  # the per-step scheduler bounds
+        if not step_found:
+            step_found.extend(check_step_requests(s, plan.vllm_config.max_num_seqs, step))
+
+    result = target.run_workload(plan, workload, scheduler=sched, on_step=on_step)
+    found = check_allocations(recorder.records) + step_found
+    found += check_step_budgets(result.trace, plan.vllm_config.max_num_batched_tokens)
     if result.error:
         found.append(Violation("allocation.raised", "an admitted step raised from the pool",
                                {"error": result.error, "steps": result.steps}))
