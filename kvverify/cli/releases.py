@@ -50,7 +50,8 @@ from kvverify.errors import ConfigError
 
 #: the same files .ci/run's vllm step leaves out (reference-only suites: z3 backends, lemmas, harness)
 IGNORED = ("properties/test_arith_backends.py", "properties/test_lemmas.py",
-           "properties/test_lemma_models.py", "properties/test_harness.py")
+           "properties/test_lemma_models.py", "properties/test_harness.py",
+           "properties/test_recorded_differential.py")
 ENV_VENVS = "KVVERIFY_RELEASE_VENVS"
 #: written by scripts/install-vllm-target.sh once the lock is installed and verified, and once
 #: kvverify is installed in the venv
