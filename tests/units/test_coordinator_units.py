@@ -40,18 +40,15 @@ from kvverify.reference.specs import (  # noqa: E402
     UniformTypeKVCacheSpecs,
 )
 
-H = [bytes([65 + i]) for i in range(16)]
+from manager_helpers import H  # noqa: E402
+from manager_helpers import ids as _ids  # noqa: E402
+from manager_helpers import req as _req  # noqa: E402
 
 
 def _coord(*specs, n: int = 24, caching: bool = True, sbs: int = 4, hbs: int = 4,
            retention: int | None = 0, max_model_len: int = 64, max_in_flight: int = 8):
     return KVCacheCoordinator(kv_config(n, *specs), max_model_len, max_in_flight, caching, sbs, hbs,
                               retention)
-
-
-def _req(rid: str, hashes, num_prompt: int = 0, junction: int = 0) -> SimpleNamespace:
-    return SimpleNamespace(request_id=rid, block_hashes=list(hashes),
-                           num_prompt_tokens=num_prompt, shared_prefix_boundary=junction)
 
 
 def _cache(c: KVCacheCoordinator, gid: int, idxs, block_size: int = 4):
@@ -64,10 +61,6 @@ def _cache(c: KVCacheCoordinator, gid: int, idxs, block_size: int = 4):
         out.append(blk)
     pool.free_blocks(out)
     return out
-
-
-def _ids(blocks) -> list[int]:
-    return [b.block_id for b in blocks]
 
 
 # --- construction -------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -21,7 +20,10 @@ from kvverify.errors import KVVerifyError  # noqa: E402
 from kvverify.reference.managers.mamba import MambaManager  # noqa: E402
 from kvverify.reference.pool import BlockPool  # noqa: E402
 
-H = [bytes([65 + i]) for i in range(16)]
+from manager_helpers import H  # noqa: E402
+from manager_helpers import cached  # noqa: E402
+from manager_helpers import ids as _ids  # noqa: E402
+from manager_helpers import req as _req  # noqa: E402
 
 
 def _mk(spec_blocks: int = 0, mode: str = "align", caching: bool = True, sbs: int = 4,
@@ -32,21 +34,9 @@ def _mk(spec_blocks: int = 0, mode: str = "align", caching: bool = True, sbs: in
     return m, pool
 
 
-def _ids(blocks) -> list[int]:
-    return [b.block_id for b in blocks]
-
-
-def _req(rid: str, hashes, num_prompt: int = 0, junction: int = 0) -> SimpleNamespace:
-    return SimpleNamespace(request_id=rid, block_hashes=list(hashes),
-                           num_prompt_tokens=num_prompt, shared_prefix_boundary=junction)
-
-
 def _cached(pool: BlockPool, hashes, gid: int = 0):
     """Blocks cached under ``hashes`` (block size 4) and freed: ref 0, evictable."""
-    blocks = pool.get_new_blocks(len(hashes))
-    pool.cache_full_blocks(_req("w", hashes), blocks, 0, len(hashes), 4, gid)
-    pool.free_blocks(blocks)
-    return blocks
+    return cached(pool, hashes, 4, gid)
 
 
 def test_mamba_init() -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -33,39 +32,14 @@ from kvverify.reference.managers.chunked_local import ChunkedLocalAttentionManag
 from kvverify.reference.managers.cross_attention import CrossAttentionManager  # noqa: E402
 from kvverify.reference.managers.full_attention import FullAttentionManager  # noqa: E402
 from kvverify.reference.managers.sliding_window import SlidingWindowManager  # noqa: E402
-from kvverify.reference.pool import BlockPool  # noqa: E402
 from kvverify.reference.specs import UniformTypeKVCacheSpecs  # noqa: E402
 
-H = [bytes([65 + i]) for i in range(16)]  # b"A", b"B", ...
-
-
-def _pool(n: int = 12, caching: bool = True, hbs: int = 4) -> BlockPool:
-    return BlockPool(n, caching, hbs)
-
-
-def _mgr(cls, spec, pool: BlockPool, *, gid: int = 0, sbs: int | None = None,
-         caching: bool = True, cap: int | None = None):
-    return cls(spec, pool, enable_caching=caching, kv_cache_group_id=gid,
-               scheduler_block_size=sbs or spec.block_size, max_admission_blocks_per_request=cap)
-
-
-def _req(rid: str, hashes, num_prompt: int = 0, junction: int = 0) -> SimpleNamespace:
-    return SimpleNamespace(request_id=rid, block_hashes=list(hashes),
-                           num_prompt_tokens=num_prompt, shared_prefix_boundary=junction)
-
-
-def _cached(pool: BlockPool, hashes, block_size: int, gid: int = 0, free: bool = True):
-    """Take ``len(hashes)`` new blocks, cache them under ``hashes`` (block size = hash
-    block size), and (``free``) free them again: ref 0, in the free queue, still cached."""
-    blocks = pool.get_new_blocks(len(hashes))
-    pool.cache_full_blocks(_req("w", hashes), blocks, 0, len(hashes), block_size, gid)
-    if free:
-        pool.free_blocks(blocks)
-    return blocks
-
-
-def _ids(blocks) -> list[int]:
-    return [b.block_id for b in blocks]
+from manager_helpers import H  # noqa: E402
+from manager_helpers import cached as _cached  # noqa: E402
+from manager_helpers import ids as _ids  # noqa: E402
+from manager_helpers import mgr as _mgr  # noqa: E402
+from manager_helpers import pool as _pool  # noqa: E402
+from manager_helpers import req as _req  # noqa: E402
 
 
 # --- base: construction, views ----------------------------------------------------------
