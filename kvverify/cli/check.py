@@ -180,7 +180,7 @@ def run_check(layout: Any, *, max_model_len: int | str | None = None, block_size
         "notes": notes,
     }
     result["verdict"] = _verdict(result)
-    if record_trace:  # per split: the step-by-step trace (kvverify.steptrace) and the startup bound
+    if record_trace:  # per split: the step-by-step trace (kvverify.reference.steptrace) and the startup bound
         result["trace"] = [{"split": run["split"], "bound": plan.blocks_needed_per_request, **run.pop("trace")}
                            for run in runs if "trace" in run]
     return result
@@ -196,10 +196,10 @@ def _member_specs(spec: Any) -> list[Any]:
 def _servability(tgt: Target, plan: StartupPlan,
                  record_trace: bool = False) -> tuple[bool, list[dict[str, Any]], str | None]:
     """Run a max_model_len request alone on the plan's pool: prompt-heavy, then decode-heavy
-    (``record_trace``: each run's :class:`~kvverify.steptrace.StepTrace` under ``"trace"``)."""
+    (``record_trace``: each run's :class:`~kvverify.reference.steptrace.StepTrace` under ``"trace"``)."""
     from kvverify.reference.planner import get_kv_cache_config_from_groups
     from kvverify.reference.workloads import full_length_request
-    from kvverify.steptrace import StepRecorder
+    from kvverify.reference.steptrace import StepRecorder
 
     length = plan.vllm_config.max_model_len
     if length < 2:
@@ -346,7 +346,7 @@ def write_check_plot(result: Mapping[str, Any], path: str | Path) -> Path:
     """The timeline SVG of a check's runs (``result["trace"]``), written atomically."""
     from kvverify.reports.common import atomic_write_text
     from kvverify.reports.timeline import TimelineRun, render_timeline
-    from kvverify.steptrace import StepTrace
+    from kvverify.reference.steptrace import StepTrace
 
     runs = [TimelineRun(f"{t['split']} run: {r['prompt_tokens']:,} prompt + {r['output_tokens']:,} output tokens",
                         StepTrace.from_json(t), t.get("bound"))

@@ -1,6 +1,6 @@
 """Timeline pictures: a workload run, step by step, as a self-contained SVG.
 
-Per scheduler step (a :class:`kvverify.steptrace.StepTrace`): the blocks held per KV cache
+Per scheduler step (a :class:`kvverify.reference.steptrace.StepTrace`): the blocks held per KV cache
 group (stacked), the free blocks, the usable-block line (``N - 1``: block 0 is the null
 block) and the startup bound (blocks the check promised one full-length request), the
 running and waiting counts, and markers for preemptions, admissions refused and the step
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from kvverify.steptrace import RuleTrace, StepTrace
+from kvverify.reference.steptrace import RuleTrace, StepTrace
 
 WIDTH = 960
 LEFT, RIGHT = 64, 196  # plot margins: the right one holds the line labels
@@ -453,12 +453,12 @@ _NOT_REPLAYED = ("scheduler", "on_step", "recorder", "keep_trace")
 
 
 def record_run(target: Any, plan: Any, workload: Sequence[Any], **kw: Any) -> tuple[StepTrace, Any]:
-    """Run ``workload`` on ``target`` with a :class:`~kvverify.steptrace.StepRecorder`.
+    """Run ``workload`` on ``target`` with a :class:`~kvverify.reference.steptrace.StepRecorder`.
 
     Returns the trace and the :class:`WorkloadResult` (``None`` when the run raised; the
     trace then ends at the last recorded step with the exception as its ``error``).
     """
-    from kvverify.steptrace import StepRecorder
+    from kvverify.reference.steptrace import StepRecorder
 
     rec = StepRecorder()
     make = getattr(target, "scheduler", None)

@@ -23,7 +23,7 @@ from kvverify.reference.config import VllmConfig
 from kvverify.reference.driver import SchedulerLike, WorkloadResult, WorkloadSpec
 from kvverify.reference.planner import KVCacheConfig, StartupPlan
 from kvverify.reference.specs import KVCacheSpec
-from kvverify.steptrace import StepRecorder
+from kvverify.reference.steptrace import StepRecorder
 
 
 class TargetUnsupported(NotImplementedError):

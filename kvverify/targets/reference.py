@@ -13,7 +13,7 @@ from kvverify.reference.planner import KVCacheConfig, StartupPlan, plan_kv_cache
 from kvverify.reference.scheduler import Scheduler
 from kvverify.reference.specs import KVCacheSpec
 from kvverify.errors import StartupCheckError
-from kvverify.steptrace import StepRecorder
+from kvverify.reference.steptrace import StepRecorder
 from kvverify.targets.base import Capability
 
 
