@@ -7,6 +7,11 @@ on for exactly its own extent::
 
     with flaws.enabled("null_block_not_reserved"):
         plan = plan_kv_cache(...)
+
+:data:`CATALOG` is the one table of the zoo: every fact about a flaw that the zoo, the
+tests, the README table and the release attribution use is on its :class:`Flaw`
+(``docs/add-a-flaw.md`` walks through adding one; ``tests/test_zoo.py`` fails when a
+flaw lacks a fact).
 """
 
 from __future__ import annotations
@@ -20,15 +25,44 @@ from kvverify.switches import Switches
 
 
 @dataclass(frozen=True)
+class Budget:
+    """The zoo's quality bar for one flaw (``tests/test_zoo.py``): from a cold start
+    (derandomized, no example database) the catching property fails within ``examples``
+    examples, and its shrunk counterexample has ``max_model_len <= shrunk_len`` and at most
+    ``shrunk_blocks`` blocks."""
+
+    examples: int
+    shrunk_len: int
+    shrunk_blocks: int = 8
+
+
+@dataclass(frozen=True, kw_only=True)
 class Flaw:
-    """One historical defect: where upstream had it, what users saw, and the property of
-    :mod:`kvverify.props` that must catch it (``caught_by``, its dotted path; the zoo runs it)."""
+    """One historical defect, and everything the suite knows about it.
+
+    * ``upstream``, ``symptom``, ``defect``: the issue or PR, what users saw, what was wrong;
+    * ``switched_in``: the module that switches it (``flaws.is_on(name)``), where upstream
+      had the defect;
+    * ``caught_by``: the property of :mod:`kvverify.props` that must catch it (its dotted
+      path; ``kvverify zoo`` runs it), within ``budget``;
+    * ``regression``: the dotted path of its regression case in :mod:`kvverify.zoo_cases`,
+      a function returning the violations of a fixed minimal input (none without the flaw);
+    * ``no_lemma``: why no Z3 lemma catches it; empty when some lemma of
+      :mod:`kvverify.lemmas` lists it in ``catches`` (the lemma's own statement);
+    * ``not_in_recorded``: why the recorded vLLM 0.33.0 differential cannot see it; empty
+      when some recorded case must disagree with upstream once it is on.
+    """
 
     name: str
     upstream: str
     symptom: str
     defect: str
+    switched_in: str
     caught_by: str
+    budget: Budget
+    regression: str
+    no_lemma: str = ""
+    not_in_recorded: str = ""
 
     @property
     def property_name(self) -> str:
@@ -37,55 +71,109 @@ class Flaw:
 
     def catching_property(self) -> Callable[..., Any]:
         """The catching ``@given`` property (imported on first use: flaws load before props)."""
-        module, _, name = self.caught_by.rpartition(".")
-        prop: Callable[..., Any] = getattr(importlib.import_module(module), name)
+        prop: Callable[..., Any] = _resolve(self.caught_by)
         return prop
+
+    def regression_case(self) -> Callable[[], list[Any]]:
+        """The regression case: ``case()`` returns its violations (imported on first use)."""
+        case: Callable[[], list[Any]] = _resolve(self.regression)
+        return case
+
+
+def _resolve(dotted: str) -> Any:
+    module, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), name)
 
 
 CATALOG: dict[str, Flaw] = {f.name: f for f in (
-    Flaw("override_ignored_in_check", "#27181, fixed by #41069",
-         "starts with a tiny override, then nothing longer than one block runs",
-         "the startup check sizes capacity from raw available memory instead of "
-         "num_gpu_blocks_override * bytes_per_block",
-         "kvverify.props.startup.test_startup_check_passes_implies_servable"),
-    Flaw("null_block_not_reserved", "#35541 / #47272",
-         "engine logs 1.00x concurrency, then 0 tok/s forever",
-         "check passes when sum_g blocks_g(L) <= N instead of <= N - 1",
-         "kvverify.props.startup.test_startup_check_passes_implies_servable"),
-    Flaw("autofit_ignores_null_block", "#48724",
-         "max_model_len=auto picks a length one block too long, which then hangs",
-         "auto-fit searches against the full pool instead of pool - 1 block",
-         "kvverify.props.startup.test_auto_fit_is_servable_and_maximal"),
-    Flaw("autofit_first_group_only", "#36030",
-         "auto-fit too large on hybrid models",
-         "auto-fit counts only the first KV cache group's blocks",
-         "kvverify.props.startup.test_auto_fit_is_servable_and_maximal"),
-    Flaw("swa_admission_uncapped", "#39734, fixed by #40946",
-         "Gemma-class hybrids: every request between real capacity and max_model_len deadlocks",
-         "the full-sequence gate charges SWA/chunked groups cdiv(num_tokens, B) while startup "
-         "sized them with the recycling cap",
-         "kvverify.props.admission.test_request_within_startup_bound_is_admitted"),
-    Flaw("swa_cap_on_allocation", "#39866 -> #40027",
-         "ValueError: Cannot get 1 free blocks from the pool mid-request",
-         "the admission cap is also applied to the per-step allocation",
-         "kvverify.props.runtime.test_predictor_equals_allocator"),
-    Flaw("mamba_hash_fallback_by_block_size", "#51108",
-         "engine fails to start: group block_size must be divisible by hash_block_size",
-         "the Mamba fallback tests block_size != cache block size instead of "
-         "mamba_cache_mode != 'align'",
-         "kvverify.props.block_sizes.test_resolved_block_sizes_accepted_by_coordinator"),
-    Flaw("mamba_align_zero_chunk", "#34445",
-         "Mamba-align model hangs on the first long prompt",
-         "when block_size > max_num_batched_tokens the aligned chunk rounds down to 0 tokens",
-         "kvverify.props.admission.test_admitted_workload_completes"),
-    Flaw("no_positive_validation", "#43496, #43521, #43842",
-         "ZeroDivisionError / infinite loop on block_size=0, hash_block_size=0, override 0",
-         "configuration values are not checked for positivity",
-         "kvverify.props.validation.test_bad_input_is_a_clear_error"),
-    Flaw("evictable_hits_not_counted", "test_evictable_cached_blocks_not_double_allocated",
-         "ValueError: Cannot get N free blocks right after an admission that said it fits",
-         "get_num_blocks_to_allocate does not count prefix-cache hits sitting in the free queue",
-         "kvverify.props.runtime.test_predictor_equals_allocator"),
+    Flaw(name="override_ignored_in_check",
+         upstream="#27181, fixed by #41069",
+         symptom="starts with a tiny override, then nothing longer than one block runs",
+         defect="the startup check sizes capacity from raw available memory instead of "
+                "num_gpu_blocks_override * bytes_per_block",
+         switched_in="kvverify/reference/arith.py",
+         caught_by="kvverify.props.startup.test_startup_check_passes_implies_servable",
+         budget=Budget(examples=600, shrunk_len=64),
+         regression="kvverify.zoo_cases.override_ignored_in_check"),
+    Flaw(name="null_block_not_reserved",
+         upstream="#35541 / #47272",
+         symptom="engine logs 1.00x concurrency, then 0 tok/s forever",
+         defect="check passes when sum_g blocks_g(L) <= N instead of <= N - 1",
+         switched_in="kvverify/reference/arith.py",
+         caught_by="kvverify.props.startup.test_startup_check_passes_implies_servable",
+         budget=Budget(examples=100, shrunk_len=64),
+         regression="kvverify.zoo_cases.null_block_not_reserved"),
+    Flaw(name="autofit_ignores_null_block",
+         upstream="#48724",
+         symptom="max_model_len=auto picks a length one block too long, which then hangs",
+         defect="auto-fit searches against the full pool instead of pool - 1 block",
+         switched_in="kvverify/reference/arith.py",
+         caught_by="kvverify.props.startup.test_auto_fit_is_servable_and_maximal",
+         budget=Budget(examples=100, shrunk_len=64),
+         regression="kvverify.zoo_cases.autofit_ignores_null_block"),
+    Flaw(name="autofit_first_group_only",
+         upstream="#36030",
+         symptom="auto-fit too large on hybrid models",
+         defect="auto-fit counts only the first KV cache group's blocks",
+         switched_in="kvverify/reference/arith.py",
+         caught_by="kvverify.props.startup.test_auto_fit_is_servable_and_maximal",
+         budget=Budget(examples=600, shrunk_len=64),
+         regression="kvverify.zoo_cases.autofit_first_group_only"),
+    Flaw(name="swa_admission_uncapped",
+         upstream="#39734, fixed by #40946",
+         symptom="Gemma-class hybrids: every request between real capacity and max_model_len deadlocks",
+         defect="the full-sequence gate charges SWA/chunked groups cdiv(num_tokens, B) while startup "
+                "sized them with the recycling cap",
+         switched_in="kvverify/reference/arith.py",
+         caught_by="kvverify.props.admission.test_request_within_startup_bound_is_admitted",
+         budget=Budget(examples=200, shrunk_len=256),
+         regression="kvverify.zoo_cases.swa_admission_uncapped"),
+    Flaw(name="swa_cap_on_allocation",
+         upstream="#39866 -> #40027",
+         symptom="ValueError: Cannot get 1 free blocks from the pool mid-request",
+         defect="the admission cap is also applied to the per-step allocation",
+         switched_in="kvverify/reference/arith.py",
+         caught_by="kvverify.props.runtime.test_predictor_equals_allocator",
+         budget=Budget(examples=200, shrunk_len=256, shrunk_blocks=16),  # B=2: 12 blocks hold L=12
+         regression="kvverify.zoo_cases.swa_cap_on_allocation"),
+    Flaw(name="mamba_hash_fallback_by_block_size",
+         upstream="#51108",
+         symptom="engine fails to start: group block_size must be divisible by hash_block_size",
+         defect="the Mamba fallback tests block_size != cache block size instead of "
+                "mamba_cache_mode != 'align'",
+         switched_in="kvverify/reference/block_sizes.py",
+         caught_by="kvverify.props.block_sizes.test_resolved_block_sizes_accepted_by_coordinator",
+         budget=Budget(examples=200, shrunk_len=4096),
+         regression="kvverify.zoo_cases.mamba_hash_fallback_by_block_size"),
+    Flaw(name="mamba_align_zero_chunk",
+         upstream="#34445",
+         symptom="Mamba-align model hangs on the first long prompt",
+         defect="when block_size > max_num_batched_tokens the aligned chunk rounds down to 0 tokens",
+         switched_in="kvverify/reference/scheduler.py",
+         caught_by="kvverify.props.admission.test_admitted_workload_completes",
+         budget=Budget(examples=200, shrunk_len=256),
+         regression="kvverify.zoo_cases.mamba_align_zero_chunk",
+         no_lemma="the scheduler's chunk alignment (a liveness defect), not a capacity formula the lemmas prove"),
+    Flaw(name="no_positive_validation",
+         upstream="#43496, #43521, #43842",
+         symptom="ZeroDivisionError / infinite loop on block_size=0, hash_block_size=0, override 0",
+         defect="configuration values are not checked for positivity",
+         switched_in="kvverify/reference/validation.py",
+         caught_by="kvverify.props.validation.test_bad_input_is_a_clear_error",
+         budget=Budget(examples=50, shrunk_len=64),
+         regression="kvverify.zoo_cases.no_positive_validation",
+         no_lemma="input validation: every lemma's domain is positive by construction",
+         not_in_recorded="bad input: every recorded case is one upstream accepts as input "
+                         "(the suite's strategies draw valid configs only)"),
+    Flaw(name="evictable_hits_not_counted",
+         upstream="test_evictable_cached_blocks_not_double_allocated",
+         symptom="ValueError: Cannot get N free blocks right after an admission that said it fits",
+         defect="get_num_blocks_to_allocate does not count prefix-cache hits sitting in the free queue",
+         switched_in="kvverify/reference/managers/base.py",
+         caught_by="kvverify.props.runtime.test_predictor_equals_allocator",
+         budget=Budget(examples=200, shrunk_len=256),
+         regression="kvverify.zoo_cases.evictable_hits_not_counted",
+         no_lemma="the managers' prefix-cache accounting at runtime, outside the proved capacity formulas"),
 )}
 
 _SWITCHES = Switches("flaw", CATALOG)

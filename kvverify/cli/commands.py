@@ -63,9 +63,19 @@ def cmd_zoo(args: argparse.Namespace) -> int:
             t.add_row(f.name, f.upstream, f.symptom, f.property_name)
         make_console().print(t)
         return EXIT_OK
+    if (args.record or args.markdown) and args.names:
+        raise KVVerifyError("--record and --markdown run every flaw: name none")
     zoo = _zoo_module()
     results = zoo.run_zoo(args.names or None)
-    if args.json:
+    if args.record or args.markdown:  # after the run: a module loaded before it would move its counts
+        from kvverify import zoo_record
+        data = zoo_record.record(results)
+        if args.markdown:
+            print(zoo_record.render(data))
+        if args.record:
+            path, readme = zoo_record.write(data, zoo_record.repo_root())
+            make_console(stderr=True).print(f"wrote {path} and README.md's bug-zoo table ({readme})")
+    elif args.json:
         print(json.dumps([_zoo_json(r) for r in results], indent=2))
     else:
         make_console().print(zoo.zoo_table(results))
@@ -259,6 +269,9 @@ def add_zoo_parser(sub: Any, flaw_choices: list[str]) -> argparse.ArgumentParser
     z.add_argument("names", nargs="*", metavar="FLAW", help="flaws to run (default: all)")
     z.add_argument("--list", action="store_true", help="list the flaws without running them")
     z.add_argument("--json", action="store_true", help="print a JSON list")
+    z.add_argument("--markdown", action="store_true", help="print README's bug-zoo table (Markdown) of this run")
+    z.add_argument("--record", action="store_true",
+                   help="record this run in docs/zoo.json and regenerate README's bug-zoo table from it")
     z.set_defaults(func=cmd_zoo)
     return z
 
