@@ -19,7 +19,10 @@ import threading
 from collections import deque
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+from hypothesis import is_hypothesis_test
+
 from kvverify import flaws
+from kvverify.hypothesis_hooks import is_genuine_failure
 from kvverify.reports.common import ReportError, active_fixes
 
 
@@ -180,7 +183,7 @@ _INSTALLED: dict[int, list[Any]] = {}  # id(fn) -> [fn, original inner_test, ref
 
 
 def is_property(fn: Any) -> bool:
-    return callable(fn) and getattr(fn, "is_hypothesis_test", False) and hasattr(fn, "hypothesis")
+    return callable(fn) and is_hypothesis_test(fn) and hasattr(fn, "hypothesis")
 
 
 def _is_data_object(value: Any) -> bool:
@@ -205,7 +208,7 @@ def _recording_inner(fn: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return inner(*args, **call_kwargs)
         except BaseException as e:
-            if is_rejection(e) or not _SINKS:
+            if not is_genuine_failure(e) or not _SINKS:
                 raise
             target_obj = kwargs.get("target")
             cap = Capture(function=fn, kwargs={k: v for k, v in call_kwargs.items() if k != "target"},
@@ -219,15 +222,6 @@ def _recording_inner(fn: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
 
     recording._kvverify_recording = True  # type: ignore[attr-defined]
     return recording
-
-
-def is_rejection(e: BaseException) -> bool:
-    """Hypothesis's control-flow exceptions (assume, stop) are not failures."""
-    try:
-        from hypothesis.errors import UnsatisfiedAssumption
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(e, UnsatisfiedAssumption) or type(e).__name__ in ("StopTest", "Frozen")
 
 
 @contextlib.contextmanager

@@ -25,7 +25,6 @@ from kvverify.reports.capture import (
     exception_family,
     instrument,
     is_property,
-    is_rejection,
 )
 from kvverify.reports.common import ReportError, switched
 from kvverify.reports.serialize import decode
@@ -137,6 +136,7 @@ def replay_report(report: Mapping[str, Any], *, target: str | None = None,
 
     from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings
     from hypothesis import strategies as st
+    from hypothesis.errors import UnsatisfiedAssumption
 
     from kvverify.targets import get_target
 
@@ -157,9 +157,8 @@ def replay_report(report: Mapping[str, Any], *, target: str | None = None,
             ran["calls"] += 1
             try:
                 return inner(*args, **kwargs)
-            except BaseException as e:
-                if is_rejection(e):
-                    ran["rejected"] = True
+            except UnsatisfiedAssumption:  # assume() rejected the example
+                ran["rejected"] = True
                 raise
 
         # updated=(): a fresh body (signature and source through __wrapped__) that does not
