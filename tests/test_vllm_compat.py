@@ -583,7 +583,7 @@ def test_a_failure_of_a_findings_property_is_attributed_with_the_finding_fixed(
     override; the faithful reference fails it too (it has F3). The replays are repeated with
     F3's fix on, and the flaw that then reproduces names the release's defect."""
     from kvverify import reports
-    from kvverify.props import attribution
+    from kvverify.releases import explain as attribution
 
     def fake_replay(report, *, target, flaw_names, fix_names):
         has_f3 = "check_plans_computed_tokens" not in fix_names
