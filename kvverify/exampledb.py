@@ -45,8 +45,8 @@ from kvverify.errors import ConfigError
 ENV_DB = "KVVERIFY_DB"
 #: where the nightly database lives locally when ``KVVERIFY_DB`` is unset (scripts/nightly.sh)
 DEFAULT_NIGHTLY_DB = ".hypothesis/nightly-db"
-#: the developers' own database (the ``dev`` profile)
-DEFAULT_LOCAL_DB = ".hypothesis/examples"
+#: the developers' own database (the ``dev`` profile), under Hypothesis' storage directory
+LOCAL_DB = "examples"
 #: the artifact ``.github/workflows/nightly.yml`` uploads with the merged database
 #: (``tests/test_nightly_workflow.py`` checks the workflow really uploads this name)
 NIGHTLY_ARTIFACT = "nightly-example-db"
@@ -177,6 +177,16 @@ def redis_database(url: str, *, expire_after: timedelta = timedelta(days=30)) ->
     return RedisExampleDatabase(client, expire_after=expire_after)
 
 
+def storage_dir() -> Path:
+    """Hypothesis' storage directory: ``$HYPOTHESIS_STORAGE_DIRECTORY``, else ``.hypothesis``."""
+    return Path(os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY") or ".hypothesis")
+
+
+def local_location() -> Path:
+    """The ``dev`` profile's own database (Hypothesis' default place for it)."""
+    return storage_dir() / LOCAL_DB
+
+
 def nightly_location() -> str:
     """``KVVERIFY_DB``, or the local nightly directory."""
     return os.environ.get(ENV_DB) or DEFAULT_NIGHTLY_DB
@@ -211,10 +221,10 @@ def artifact_database(environ: dict[str, str] | os._Environ[str] | None = None) 
     if repo is None:
         return None
     owner, name = repo
-    # an explicit cache path: Hypothesis' default storage directory must not be touched
-    # while profiles are being registered (its side-effect warning)
+    # Hypothesis' own cache place, given explicitly: its storage directory must not be
+    # touched while profiles are being registered (its side-effect warning)
     return ReadOnlyDatabase(GitHubArtifactDatabase(owner, name, artifact_name=NIGHTLY_ARTIFACT,
-                                                   path=Path(".hypothesis") / "github-artifacts" / NIGHTLY_ARTIFACT))
+                                                   path=storage_dir() / "github-artifacts" / NIGHTLY_ARTIFACT))
 
 
 # --------------------------------------------------------------------------- owned keys
@@ -253,6 +263,7 @@ def read_owned_keys(path: str | os.PathLike[str]) -> dict[str, Any]:
     return doc
 
 
-__all__ = ["DEFAULT_LOCAL_DB", "DEFAULT_NIGHTLY_DB", "ENV_DB", "ENV_REPO", "NIGHTLY_ARTIFACT", "SCOPE_PREFIX",
-           "ScopedDatabase", "artifact_database", "github_repository", "nightly_location", "open_database",
-           "read_owned_keys", "redis_database", "scope_for", "value_digest", "write_owned_keys"]
+__all__ = ["DEFAULT_NIGHTLY_DB", "ENV_DB", "ENV_REPO", "LOCAL_DB", "NIGHTLY_ARTIFACT", "SCOPE_PREFIX",
+           "ScopedDatabase", "artifact_database", "github_repository", "local_location", "nightly_location",
+           "open_database", "read_owned_keys", "redis_database", "scope_for", "storage_dir", "value_digest",
+           "write_owned_keys"]

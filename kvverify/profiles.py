@@ -1,6 +1,7 @@
 """Hypothesis profiles registered by the suite: ``dev``, ``ci``, ``mutation``, ``nightly``, ``replay``.
 
-* ``dev`` — fast local runs (random, small) over the local database ``.hypothesis/examples``;
+* ``dev`` — fast local runs (random, small) over the local database ``.hypothesis/examples``
+  (under ``$HYPOTHESIS_STORAGE_DIRECTORY`` when set);
   when ``GITHUB_TOKEN`` is set and ``CI`` is not, it also reads through to the nightly
   artifact: ``MultiplexedDatabase(local, ReadOnlyDatabase(GitHubArtifactDatabase(...)))``
   (``docs/nightly.md``), so last night's counterexamples replay on a laptop.
@@ -43,7 +44,7 @@ REPLAY_PHASES = (Phase.explicit, Phase.reuse)
 
 def dev_database(scope: str) -> ExampleDatabase:
     """The local database, plus the nightly artifact read-only when a token is set outside CI."""
-    local = exampledb.open_database(exampledb.DEFAULT_LOCAL_DB)
+    local = exampledb.open_database(exampledb.local_location())
     shared = exampledb.artifact_database()
     return exampledb.ScopedDatabase(local if shared is None else MultiplexedDatabase(local, shared), scope)
 
