@@ -28,7 +28,9 @@ the profiles for another scope (the pytest plugin and ``kvverify fuzz`` do, from
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import ExampleDatabase, MultiplexedDatabase, ReadOnlyDatabase
@@ -49,8 +51,29 @@ def dev_database(scope: str) -> ExampleDatabase:
     return exampledb.ScopedDatabase(local if shared is None else MultiplexedDatabase(local, shared), scope)
 
 
+_scope = "reference"
+
+
+def current_scope() -> str:
+    """The scope the profiles' databases were last registered for."""
+    return _scope
+
+
+@contextlib.contextmanager
+def scoped(scope: str) -> Iterator[None]:
+    """The profiles registered for ``scope`` while the block runs, then as they were."""
+    before = _scope
+    register_profiles(scope)
+    try:
+        yield
+    finally:
+        register_profiles(before)
+
+
 def register_profiles(scope: str = "reference") -> None:
     """(Re-)register every profile, the databases scoped to ``scope``."""
+    global _scope
+    _scope = scope
     settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=_SUPPRESS,
                               stateful_step_count=30, database=dev_database(scope))
     settings.register_profile("ci", max_examples=200, deadline=None, derandomize=True, database=None,

@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(autouse=True)
 def _restore_profiles():
-    yield
-    profiles.register_profiles()  # the default scope again for the rest of the session
+    with profiles.scoped(profiles.current_scope()):  # as they were, for the rest of the session
+        yield
 
 
 def test_replay_profile_is_reuse_only_read_only_and_not_derandomized(tmp_path: Path,

@@ -252,17 +252,26 @@ def run_fuzz(seconds: float = 60.0, *, profile: str = "dev", flaw_names: Sequenc
     per-property counts after every batch, emptying the observation files, and write them
     there (:mod:`kvverify.nightly.coverage`).
     """
+    from kvverify import exampledb, profiles
+
+    with profiles.scoped(exampledb.scope_for(target, list(flaw_names), list(fix_names))):
+        return _run_fuzz(seconds, profile, flaw_names, seed, patterns, shard, batch, suite, report_xfail,
+                         reports_dir, target, console, live, fix_names, owned_keys, owner, coverage_json)
+
+
+def _run_fuzz(seconds: float, profile: str, flaw_names: Sequence[str], seed: int | None,
+              patterns: Sequence[str] | None, shard: str | None, batch: int, suite: str | Path | None,
+              report_xfail: bool, reports_dir: str | Path | None, target: str, console: Any, live: bool,
+              fix_names: Sequence[str], owned_keys: str | Path | None, owner: str | None,
+              coverage_json: str | Path | None) -> FuzzSummary:
     from hypothesis import settings as Settings
 
-    from kvverify import exampledb, profiles
-    from kvverify.targets import get_target
-
-    from kvverify import fixes
+    from kvverify import exampledb, fixes, profiles
     from kvverify.props.findings import is_fixed
+    from kvverify.targets import get_target
 
     flaw_names = list(flaw_names)
     fix_names = list(fix_names)
-    profiles.register_profiles(scope=exampledb.scope_for(target, flaw_names, fix_names))
     base = Settings.get_profile(profile)
     if seed is not None and profile in profiles.NIGHTLY_DB_PROFILES:
         raise ConfigError("seed", seed, f"the {profile} profile works through the example database, which "
