@@ -16,7 +16,7 @@
 #
 # Environment: KVVERIFY (the command, default `kvverify`; e.g. .venv/bin/kvverify),
 # KVVERIFY_TARGET (default reference), KVVERIFY_DB, KVVERIFY_REPORTS_DIR (default reports).
-# Hypothesis' observability is on (the coverage table); it costs some examples (docs/nightly.md).
+# Hypothesis' observability is on (the coverage table); it costs CPU per example (docs/nightly.md).
 # No seed: Hypothesis neither saves to nor replays from the database for a seeded test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
