@@ -159,6 +159,27 @@ def open_database(spec: str | os.PathLike[str]) -> ExampleDatabase:
     return DirectoryBasedExampleDatabase(path)
 
 
+class UnusableDatabase(ExampleDatabase):
+    """Stands in for a database ``KVVERIFY_DB`` names but that cannot be opened: registering
+    the profiles never fails (the ``ci`` gate does not use it); using it raises the error."""
+
+    def __init__(self, error: ConfigError) -> None:
+        super().__init__()
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"UnusableDatabase({self.error})"
+
+    def fetch(self, key: bytes) -> Iterable[bytes]:
+        raise self.error
+
+    def save(self, key: bytes, value: bytes) -> None:
+        raise self.error
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        raise self.error
+
+
 def redis_database(url: str, *, expire_after: timedelta = timedelta(days=30)) -> ExampleDatabase:
     """``RedisExampleDatabase`` over ``url`` (connects lazily, on the first fetch or save).
 
@@ -264,6 +285,6 @@ def read_owned_keys(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 __all__ = ["DEFAULT_NIGHTLY_DB", "ENV_DB", "ENV_REPO", "LOCAL_DB", "NIGHTLY_ARTIFACT", "SCOPE_PREFIX",
-           "ScopedDatabase", "artifact_database", "github_repository", "local_location", "nightly_location",
+           "ScopedDatabase", "UnusableDatabase", "artifact_database", "github_repository", "local_location", "nightly_location",
            "open_database", "read_owned_keys", "redis_database", "scope_for", "storage_dir", "value_digest",
            "write_owned_keys"]

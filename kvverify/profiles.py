@@ -36,6 +36,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import ExampleDatabase, MultiplexedDatabase, ReadOnlyDatabase
 
 from kvverify import exampledb
+from kvverify.errors import ConfigError
 
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large]
 #: the profiles whose database is the nightly one (``KVVERIFY_DB``)
@@ -82,7 +83,10 @@ def register_profiles(scope: str = "reference") -> None:
     settings.register_profile("mutation", max_examples=int(os.environ.get("KVVERIFY_MUTATION_EXAMPLES", "20")),
                               deadline=None, derandomize=True, database=None,
                               suppress_health_check=_SUPPRESS, stateful_step_count=30)
-    nightly_db = exampledb.open_database(exampledb.nightly_location())
+    try:
+        nightly_db: ExampleDatabase = exampledb.open_database(exampledb.nightly_location())
+    except ConfigError as e:  # a bad KVVERIFY_DB fails the runs that use it (check_database), no other
+        nightly_db = exampledb.UnusableDatabase(e)
     settings.register_profile(
         "nightly", max_examples=int(os.environ.get("KVVERIFY_NIGHTLY_EXAMPLES", "3000")), deadline=None,
         derandomize=False, print_blob=True, suppress_health_check=_SUPPRESS, stateful_step_count=120,
@@ -91,6 +95,12 @@ def register_profiles(scope: str = "reference") -> None:
         "replay", deadline=None, derandomize=False, print_blob=True, suppress_health_check=_SUPPRESS,
         stateful_step_count=120, phases=list(REPLAY_PHASES),
         database=ReadOnlyDatabase(exampledb.ScopedDatabase(nightly_db, scope)))
+
+
+def check_database(profile: str) -> None:
+    """Raise the :class:`~kvverify.errors.ConfigError` of a bad ``KVVERIFY_DB`` if ``profile`` uses it."""
+    if profile in NIGHTLY_DB_PROFILES:
+        exampledb.open_database(exampledb.nightly_location())
 
 
 def default_profile() -> str:

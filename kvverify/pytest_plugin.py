@@ -51,12 +51,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     # the profile first: settings objects built while importing inherit the loaded default;
     # its database scoped to this run's target, flaws and fixes (kvverify/exampledb.py)
+    profile = config.getoption("hypothesis_profile", default=None) or profiles.default_profile()
     try:
         profiles.register_profiles(scope=exampledb.scope_for(
             config.getoption("target"), config.getoption("flaw") or [], config.getoption("fix") or []))
+        profiles.check_database(profile)
     except KVVerifyError as e:
         raise pytest.UsageError(str(e)) from None
-    settings.load_profile(config.getoption("hypothesis_profile", default=None) or profiles.default_profile())
+    settings.load_profile(profile)
     _configure_fixes(config)  # before anything can import vLLM: --target vllm --fix needs the overlay
     _import_everything()
     if config.getoption("target") == "vllm":

@@ -158,3 +158,15 @@ def test_workflows_wire_the_loop() -> None:
     replay = next(st for st in steps if "--hypothesis-profile=replay" in st.get("run", ""))
     assert replay["env"]["KVVERIFY_DB"] == "nightly-db" and "steps.nightly-db" in replay["if"]
     assert [st.get("run") for st in steps].index("bash .ci/run") < steps.index(replay)
+
+
+def test_a_bad_kvverify_db_fails_only_the_runs_that_use_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KVVERIFY_DB", "ftp://nowhere/db")
+    profiles.register_profiles(scope="reference")  # never raises: the ci gate needs no database
+    assert settings.get_profile("ci").database is None
+    profiles.check_database("ci")
+    for name in ("nightly", "replay"):
+        with pytest.raises(ConfigError, match="KVVERIFY_DB='ftp://nowhere/db' is invalid"):
+            profiles.check_database(name)
+        with pytest.raises(ConfigError, match="URL schemes allowed"):
+            list(settings.get_profile(name).database.fetch(b"K"))

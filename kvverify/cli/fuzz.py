@@ -272,6 +272,7 @@ def _run_fuzz(seconds: float, profile: str, flaw_names: Sequence[str], seed: int
 
     flaw_names = list(flaw_names)
     fix_names = list(fix_names)
+    profiles.check_database(profile)
     base = Settings.get_profile(profile)
     if seed is not None and profile in profiles.NIGHTLY_DB_PROFILES:
         raise ConfigError("seed", seed, f"the {profile} profile works through the example database, which "
