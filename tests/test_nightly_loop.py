@@ -43,10 +43,8 @@ def _files(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture(scope="module")
-def night(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def _night(root: Path) -> dict:
     """One night: the nightly shard's fuzz run (as the workflow runs it), then the merge."""
-    root = tmp_path_factory.mktemp("night")
     shard = root / "shard-0"  # what a shard artifact holds
     out = subprocess.run(
         [*KVVERIFY, "fuzz", "--profile", "nightly", "--flaw", FLAW, "-k", PROP, "--seconds", "30", "--no-progress",
@@ -65,7 +63,17 @@ def night(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"root": root, "merged": merged, "report": report}
 
 
-def test_a_night_counterexample_fails_the_pr_replay_with_the_same_report(night: dict, tmp_path: Path) -> None:
+def test_the_loop_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One night, then the PR that still has the defect, the PR that fixed it, and a laptop
+    (one test: the night is a subprocess run worth sharing)."""
+    night = _night(tmp_path / "night")
+    _pr_replay_fails_with_the_same_report(night, tmp_path)
+    _a_pr_without_the_defect_replays_it_and_passes(night, monkeypatch)
+    _the_dev_profile_reads_the_nightly_artifact(night, tmp_path, monkeypatch)
+
+
+def _pr_replay_fails_with_the_same_report(night: dict, tmp_path: Path) -> None:
+    """ci.yml's replay step: the night's counterexample fails the PR, same report."""
     merged: Path = night["merged"]
     before = _files(merged)
     assert before, "the merge wrote no example"
@@ -86,7 +94,7 @@ def test_a_night_counterexample_fails_the_pr_replay_with_the_same_report(night: 
     assert _files(merged) == before, "the replay profile wrote to the nightly database"
 
 
-def test_a_pr_without_the_defect_replays_it_and_passes(night: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+def _a_pr_without_the_defect_replays_it_and_passes(night: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same saved example, replayed with the flaw off (the fix landed): it passes."""
     from kvverify.hypothesis_hooks import rebuild
     from kvverify.props import startup
@@ -103,8 +111,8 @@ def test_a_pr_without_the_defect_replays_it_and_passes(night: dict, monkeypatch:
         rebuild(prop, settings=replay)(target=target)  # fixed: the night's example passes
 
 
-def test_the_dev_profile_reads_the_nightly_artifact(night: dict, tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def _the_dev_profile_reads_the_nightly_artifact(night: dict, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """A developer with GITHUB_TOKEN set (and not CI): the artifact the nightly uploads
     (here its cached download, zipped as actions/upload-artifact zips nightly-db/) feeds the
     dev profile's reuse phase: the night's counterexample fails on the laptop first time."""
