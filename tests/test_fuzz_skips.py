@@ -97,6 +97,9 @@ def test_database_options_refuse_what_cannot_work(tmp_path: Path, monkeypatch: p
         F.run_fuzz(1, profile="nightly", seed=3, live=False)
     with pytest.raises(ConfigError, match="owned-keys"):
         F.run_fuzz(1, profile="ci", owned_keys=tmp_path / "o.json", live=False)
+    (tmp_path / "a-dir").mkdir()
+    with pytest.raises(ConfigError, match="regular file"):
+        F.run_fuzz(1, profile="nightly", owned_keys=tmp_path / "a-dir", live=False)
     monkeypatch.delenv("HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY", raising=False)
     with pytest.raises(ConfigError, match="HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY"):
         F.run_fuzz(1, profile="dev", coverage_json=tmp_path / "c.json", live=False)

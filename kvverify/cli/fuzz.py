@@ -281,6 +281,8 @@ def _run_fuzz(seconds: float, profile: str, flaw_names: Sequence[str], seed: int
     if owned_keys is not None and scoped is None:
         raise ConfigError("owned-keys", str(owned_keys), f"needs a profile that writes a database (nightly), "
                           f"not {profile}")
+    if owned_keys is not None and (Path(owned_keys).is_symlink() or Path(owned_keys).is_dir()):
+        raise ConfigError("owned-keys", str(owned_keys), "must be a regular file path (not a link or a directory)")
     observed = _observer(coverage_json, target, owner or f"{target} {shard or 'all'}")
     if fix_names and target == "vllm":  # the findings' patches, before anything imports vLLM
         from kvverify.targets import overlay
