@@ -12,7 +12,8 @@ import os
 import pytest
 from hypothesis import settings
 
-from kvverify import flaws, profiles
+from kvverify import exampledb, flaws, profiles
+from kvverify.errors import KVVerifyError
 
 pytest_plugins = ["kvverify.pytest_reports",  # counterexample reports for failing properties
                   "kvverify.pytest_attribution"]  # --attribute-flaws / --absorb-flaws
@@ -48,8 +49,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # the profile first: settings objects built while importing inherit the loaded default
-    settings.load_profile(config.getoption("hypothesis_profile", default=None) or profiles.default_profile())
+    # the profile first: settings objects built while importing inherit the loaded default;
+    # its database scoped to this run's target, flaws and fixes (kvverify/exampledb.py)
+    profile = config.getoption("hypothesis_profile", default=None) or profiles.default_profile()
+    try:
+        profiles.register_profiles(scope=exampledb.scope_for(
+            config.getoption("target"), config.getoption("flaw") or [], config.getoption("fix") or []))
+        profiles.check_database(profile)
+    except KVVerifyError as e:
+        raise pytest.UsageError(str(e)) from None
+    settings.load_profile(profile)
     _configure_fixes(config)  # before anything can import vLLM: --target vllm --fix needs the overlay
     _import_everything()
     if config.getoption("target") == "vllm":
@@ -89,7 +98,8 @@ def _configure_fixes(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     profile = config.getoption("hypothesis_profile", default=None) or profiles.default_profile()  # as configured
-    lines = [f"kvverify: hypothesis profile={profile}, target={config.getoption('target')}"]
+    lines = [f"kvverify: hypothesis profile={profile}, target={config.getoption('target')}, "
+             f"database={profiles.describe_database(profile)}"]
     if flaws.active():
         lines.append(f"kvverify: flaws ON: {', '.join(sorted(flaws.active()))}")
     from kvverify import fixes
