@@ -76,7 +76,7 @@ class SglangSchedulerLike(Protocol):
 
 @dataclass
 class SglangWorkloadResult:
-    verdict: str  # completed | head_of_line | no_progress | error
+    verdict: str  # completed | refused (a clear startup error: nothing admitted) | head_of_line | no_progress | error
     steps: int
     outcomes: dict[str, tuple[str, int]] = field(default_factory=dict)
     retractions: int = 0
@@ -85,7 +85,7 @@ class SglangWorkloadResult:
 
     @property
     def ok(self) -> bool:
-        return self.verdict == "completed"
+        return self.verdict in ("completed", "refused")
 
 
 def run_workload(scheduler: SglangSchedulerLike, workload: Sequence[SglangRequestSpec]) -> SglangWorkloadResult:

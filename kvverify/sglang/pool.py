@@ -19,8 +19,19 @@ class SglangStartupError(KVVerifyError):
     """SGLang refuses to start (``MemoryPoolConfig``: "Not enough memory ...")."""
 
 
+def check_server_args(config: SglangConfig) -> None:
+    """``ServerArgs`` checks the reference models. Upstream has none tying
+    ``chunked_prefill_size`` to ``page_size`` (finding SG2; fix ``sglang_chunk_at_least_page``)."""
+    from kvverify.sglang import fixes
+    if fixes.is_on("sglang_chunk_at_least_page") and config.chunked_prefill_size is not None \
+            and config.chunked_prefill_size < config.page_size:
+        raise SglangStartupError(f"chunked_prefill_size={config.chunked_prefill_size} is invalid: must be "
+                                 f">= page_size ({config.page_size}), or every prefill chunk is cut to 0 tokens")
+
+
 def resolve_max_total_num_tokens(config: SglangConfig) -> int:
     """The pool size in tokens the engine starts with (or :class:`SglangStartupError`)."""
+    check_server_args(config)
     if config.max_total_num_tokens is not None:
         tokens = int(arith.floor_paged_tokens(config.max_total_num_tokens, config.page_size))
     else:

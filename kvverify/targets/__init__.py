@@ -20,6 +20,34 @@ from kvverify.targets.base import (
 )
 
 
+#: target name -> the engine whose contract it offers (vLLM's :class:`Target`, or SGLang's
+#: :class:`~kvverify.targets.sglang_contract.SglangTarget`)
+TARGET_ENGINES: dict[str, str] = {"reference": "vllm", "vllm": "vllm",
+                                  "sglang-reference": "sglang", "sglang": "sglang"}
+#: ``--target NAME`` -> the SGLang target the SGLang properties run on (the default
+#: ``reference`` run covers both engines' references; ``vllm`` has none)
+SGLANG_TARGET_FOR: dict[str, str] = {"reference": "sglang-reference", "sglang-reference": "sglang-reference",
+                                     "sglang": "sglang"}
+
+
+def engine_of(name: str) -> str:
+    """The engine a target name belongs to (a clear error for an unknown name)."""
+    if name not in TARGET_ENGINES:
+        raise ConfigError("target", name, f"unknown target; allowed: {', '.join(TARGET_ENGINES)}")
+    return TARGET_ENGINES[name]
+
+
+def get_sglang_target(name: str):  # -> SglangTarget (imported lazily: the contract imports kvverify.sglang)
+    """An SGLang target by name: ``sglang-reference`` or ``sglang`` (the installed SGLang)."""
+    if name == "sglang-reference":
+        from kvverify.targets.sglang_reference import SglangReferenceTarget
+        return SglangReferenceTarget()
+    if name == "sglang":
+        from kvverify.targets.sglang import SglangTarget
+        return SglangTarget()
+    raise ConfigError("target", name, "unknown SGLang target; allowed: sglang-reference, sglang")
+
+
 def get_target(name: str) -> Target:
     """Look a target up by name; unknown names are a clear error."""
     if name == "reference":
@@ -28,8 +56,10 @@ def get_target(name: str) -> Target:
     if name == "vllm":
         from kvverify.targets.vllm import VllmTarget
         return VllmTarget()
-    raise ConfigError("target", name, "unknown target; allowed: reference, vllm")
+    raise ConfigError("target", name, "unknown target; allowed: reference, vllm "
+                      "(SGLang targets: get_sglang_target)")
 
 
 __all__ = ["BlockSizesTarget", "Capability", "KVCacheManagerLike", "PlannerTarget", "RuntimeTarget",
-           "SchedulerLike", "SchedulerTarget", "Target", "TargetUnsupported", "get_target"]
+           "SchedulerLike", "SchedulerTarget", "SGLANG_TARGET_FOR", "TARGET_ENGINES", "Target", "TargetUnsupported",
+           "engine_of", "get_sglang_target", "get_target"]
