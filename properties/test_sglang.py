@@ -39,4 +39,4 @@ def test_sglang_finding_sg1(target) -> None:
 @_known("SG2", "sglang_chunk_at_least_page")
 def test_sglang_finding_sg2(target) -> None:
     """SG2: ``chunked_prefill_size < page_size`` starts, then no prefill chunk ever runs."""
-    props.test_sglang_admitted_workload_finishes_sg2(target=target)
+    props.test_sglang_validated_request_is_schedulable_sg2(target=target)

@@ -11,7 +11,7 @@ from kvverify.targets.sglang_contract import AdmissionProbe, PoolProbe, RetractP
 def check_validated_is_schedulable(probe: AdmissionProbe, input_len: int) -> list[Violation]:
     """Guarantee 1 for SGLang: validation accepted it, so ``PrefillAdder`` admits it on an
     empty pool (else it waits forever: #28530, #29249)."""
-    if not probe.accepted or probe.add_result == "continue":
+    if not probe.accepted or probe.add_result == "admitted":
         return []
     return [Violation("sglang_validated_not_schedulable",
                       "validation accepted the request but PrefillAdder refuses it on an empty pool: it waits forever",

@@ -21,8 +21,8 @@ from kvverify.sglang.request import Req
 
 
 class AddReqResult(enum.Enum):
-    CONTINUE = "continue"  # admitted; try the next one
-    NO_TOKEN = "no_token"  # not enough KV budget
+    CONTINUE = "continue"  # try the next one
+    NO_TOKEN = "no_token"  # not enough KV budget (for this one, or after it, for the next)
     OTHER = "other"        # a compute budget (chunk, input tokens) is spent
 
 
@@ -37,6 +37,8 @@ class PrefillAdder:
         self.rem_chunk_tokens = rem_chunk_tokens
         self.total_offset: float = sum(min(r.max_new_tokens - len(r.output_ids), CLIP_MAX_NEW_TOKENS)
                                        * new_token_ratio for r in running)
+        #: what is allocated at once (no future decode): ``PrefillBudget.current_offset``
+        self.current_offset: float = 0
         self.can_run_list: list[Req] = []
         self.extend_lens: dict[str, int] = {}
         self.new_chunked_req: Req | None = None
@@ -48,6 +50,7 @@ class PrefillAdder:
     def _reserve(self, extend_len: int, max_new: int) -> None:
         paged = int(arith.ceil_paged_tokens(extend_len, self.page_size))
         self.total_offset += paged + self.page_size + max_new
+        self.current_offset += paged + self.page_size
         self.rem_input_tokens -= paged
         if self.rem_chunk_tokens is not None:
             self.rem_chunk_tokens -= paged
@@ -100,4 +103,14 @@ class PrefillAdder:
         if is_chunked:
             self.new_chunked_req = req
         self._reserve(extend_len, 0 if is_chunked else max_new)
+        return self.budget_state()
+
+    def budget_state(self) -> AddReqResult:
+        """After a commit, the verdict for the *next* candidate (upstream's ``budget_state``):
+        the request just added is in ``can_run_list`` whatever this says."""
+        remaining_current = self.allocator.available_size() + self.tree_cache.evictable_size() - self.current_offset
+        if self.rem_total_tokens <= 0 or remaining_current <= 0:
+            return AddReqResult.NO_TOKEN
+        if self.rem_input_tokens <= 0 or (self.rem_chunk_tokens is not None and self.rem_chunk_tokens <= 0):
+            return AddReqResult.OTHER
         return AddReqResult.CONTINUE

@@ -86,8 +86,9 @@ class Scheduler:
                 req.last_node = node
             res = adder.add_one_req(req, has_chunked_req=self.chunked_req is not None)
             if res is not AddReqResult.CONTINUE:
-                break
-            self.waiting.remove(req)
+                break  # (a request just added stays added: the verdict is for the next one)
+        admitted = set(map(id, adder.can_run_list))
+        self.waiting = [r for r in self.waiting if id(r) not in admitted]
         if adder.new_chunked_req is not None:
             self.chunked_req = adder.new_chunked_req
         return adder

@@ -11,7 +11,7 @@ drift*, never a pass nor a defect). The guarantees, one property each
 
 1. **admission** — a request the input validation accepts (``validate_input_length`` and
    ``init_req_max_new_tokens``) is schedulable on an empty pool (``PrefillAdder.add_one_req``
-   returns ``CONTINUE``);
+   puts it in ``can_run_list``);
 2. **retraction frees enough** — after ``retract_decode`` the kept requests' next decode
    step fits and is allocated; no slot is lost;
 3. **retraction terminates** — with one request left that still cannot fit, it is aborted
@@ -61,7 +61,8 @@ class AdmissionProbe:
     validation_error: str | None
     #: ``max_new_tokens`` after ``init_req_max_new_tokens`` (None: refused before)
     max_new_tokens: int | None
-    #: ``AddReqResult`` name, lower case (``continue`` / ``no_token`` / ``other``); None: refused before
+    #: ``admitted`` (the request joined ``can_run_list``), else the ``AddReqResult`` name, lower
+    #: case (``no_token`` / ``other``); None: refused before
     add_result: str | None
     rem_total_tokens: float | None = None
 

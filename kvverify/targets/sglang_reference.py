@@ -61,7 +61,8 @@ class SglangReferenceTarget:
                              config.max_prefill_tokens, config.chunked_prefill_size)
         rem = adder.rem_total_tokens
         res = adder.add_one_req(req, has_chunked_req=False)
-        return AdmissionProbe(tokens, limits.max_req_input_len, None, max_new, res.value, rem)
+        admitted = "admitted" if req in adder.can_run_list else res.value
+        return AdmissionProbe(tokens, limits.max_req_input_len, None, max_new, admitted, rem)
 
     def probe_retraction(self, config: SglangConfig, batch: Sequence[DecodingReqSpec]) -> RetractProbe:
         tokens = resolve_max_total_num_tokens(config)
