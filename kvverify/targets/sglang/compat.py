@@ -95,3 +95,11 @@ class Bare:
     def __getattr__(self, name: str) -> Any:
         raise SglangDriftError(f"{object.__getattribute__(self, '_owner')} reads self.{name}, which the adapter "
                                f"does not provide (the release changed it)")
+
+
+def paged_allocator_runs_on_cpu() -> bool:
+    """Whether ``PagedTokenToKVPoolAllocator.alloc_extend`` has a plain-torch path (0.5.2x:
+    ``use_triton_kernels`` / ``alloc_extend_naive``); earlier releases always launch Triton."""
+    alloc_mod = load("sglang.srt.mem_cache.allocator")
+    src = inspect.getsource(alloc_mod.PagedTokenToKVPoolAllocator.alloc_extend)
+    return "alloc_extend_naive(" in src

@@ -22,6 +22,7 @@ from kvverify.sglang.config import SglangConfig
 from kvverify.sglang.pool import check_server_args
 from kvverify.targets.base import TargetUnsupported
 from kvverify.targets.sglang import env
+from kvverify.targets.sglang import compat
 from kvverify.targets.sglang.compat import Bare, call_kw, returned_names
 from kvverify.targets.sglang_contract import AdmissionProbe, DecodingReqSpec, PoolProbe, RetractProbe
 
@@ -135,25 +136,38 @@ def derive_pool(config: SglangConfig) -> PoolProbe:
     return PoolProbe(tokens, int(alloc.size), int(alloc.available_size()))
 
 
-def worker_info(config: SglangConfig, size: int, alloc: Any) -> tuple[int, int]:
-    """``(max_req_len, max_req_input_len)`` from the real ``TpModelWorker.get_worker_info``."""
+def worker_info(config: SglangConfig, size: int, alloc: Any, req_to_token_pool: Any) -> tuple[int, int]:
+    """``(max_req_len, max_req_input_len)`` from the real ``TpModelWorker.get_worker_info``.
+
+    Its ``self.model_runner`` carries the pool under each name a release reads it by
+    (``effective_max_total_num_tokens`` before the DCP-aware rename, the ``logical`` ones
+    after); one worker: ``attn_dcp_size = 1``."""
     tp = env.load("sglang.srt.managers.tp_worker")
     fn = tp.TpModelWorker.get_worker_info
-    runner = SimpleNamespace(effective_logical_max_total_num_tokens=size, logical_max_total_num_tokens=size,
-                             max_total_num_tokens=size, token_to_kv_pool_allocator=alloc, max_running_requests=64,
-                             req_to_token_pool=SimpleNamespace(size=64, max_context_len=config.context_len + 8),
-                             token_to_kv_pool=SimpleNamespace(size=size), forward_stream=None)
+    runner = Bare("TpModelWorker.model_runner", effective_logical_max_total_num_tokens=size,
+                  logical_max_total_num_tokens=size, effective_max_total_num_tokens=size,
+                  max_total_num_tokens=size, token_to_kv_pool_allocator=alloc, max_running_requests=64,
+                  req_to_token_pool=req_to_token_pool, token_to_kv_pool=SimpleNamespace(size=size),
+                  forward_stream=None)
     bare = Bare("TpModelWorker.get_worker_info", model_runner=runner,
                 model_config=SimpleNamespace(context_len=config.context_len), dllm_algorithm=None,
-                random_seed=0, device="cpu", max_total_num_tokens=size, max_prefill_tokens=config.max_prefill_tokens,
+                ps=SimpleNamespace(attn_dcp_size=1, attn_cp_size=1), random_seed=0, device="cpu",
+                max_total_num_tokens=size, max_prefill_tokens=config.max_prefill_tokens,
                 max_running_requests=64, max_queued_requests=None, max_req_len=None, max_req_input_len=None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        out = fn(bare)
+        try:
+            out = fn(bare)
+        except AttributeError as e:
+            raise env.SglangDriftError(f"TpModelWorker.get_worker_info: {e}") from None
     names = returned_names(fn)
-    if "max_req_len" not in names or "max_req_input_len" not in names:
-        raise env.SglangDriftError(f"get_worker_info returns {names}: no max_req_len / max_req_input_len")
-    return int(out[names.index("max_req_len")]), int(out[names.index("max_req_input_len")])
+    # the scheduler unpacks (..., max_req_len, max_req_input_len, ...): the input bound is the
+    # element after max_req_len, by name or inline (``max_req_len - 5`` before 0.5.2x)
+    if "max_req_len" not in names or names.index("max_req_len") + 1 >= len(names) \
+            or "max_req" not in names[names.index("max_req_len") + 1]:
+        raise env.SglangDriftError(f"get_worker_info returns {names}: no max_req_len, max_req_input_len pair")
+    i = names.index("max_req_len")
+    return int(out[i]), int(out[i + 1])
 
 
 def probe_admission(config: SglangConfig, input_len: int, max_new_tokens: int) -> AdmissionProbe:
@@ -165,7 +179,7 @@ def probe_admission(config: SglangConfig, input_len: int, max_new_tokens: int) -
     except Exception as e:  # noqa: BLE001
         return AdmissionProbe(0, 0, f"{type(e).__name__}: {e}", None, None)
     eng = Engine(config, size)
-    req_len, input_bound = worker_info(config, size, eng.allocator)
+    req_len, input_bound = worker_info(config, size, eng.allocator, eng.req_to_token_pool)
     utils = env.load("sglang.srt.managers.utils")
     req = eng.req("probe", list(range(1, input_len + 1)), max_new_tokens)
     error = call_kw(utils.validate_input_length, req, max_req_input_len=input_bound, allow_auto_truncate=False)
@@ -176,7 +190,10 @@ def probe_admission(config: SglangConfig, input_len: int, max_new_tokens: int) -
                 max_total_num_tokens=size, kv_shard_widening=1, page_size=config.page_size,
                 token_to_kv_pool_allocator=eng.allocator, sliding_window_size=None,
                 chunked_prefill_size=config.chunked_prefill_size)
-    sched.Scheduler.init_req_max_new_tokens(bare, req)
+    try:
+        sched.Scheduler.init_req_max_new_tokens(bare, req)
+    except AttributeError as e:
+        raise env.SglangDriftError(f"Scheduler.init_req_max_new_tokens: {e}") from None
     if req.finished():
         return AdmissionProbe(size, input_bound, f"aborted at arrival: {req.finished_reason}", None, None)
     max_new = int(req.sampling_params.max_new_tokens)
@@ -219,6 +236,9 @@ def probe_retraction(config: SglangConfig, specs: Sequence[DecodingReqSpec]) -> 
         raise TargetUnsupported("speculative decoding (tokens_per_step > 1) needs a draft model")
     if config.max_total_num_tokens is None:
         raise TargetUnsupported("the retraction probe takes a pool in tokens")
+    if config.page_size > 1 and not compat.paged_allocator_runs_on_cpu():
+        raise TargetUnsupported("this release's PagedTokenToKVPoolAllocator launches Triton kernels "
+                                "unconditionally (no CPU path): page_size > 1 needs a GPU")
     from kvverify.targets.sglang_reference import decoding_batch_ids
     torch = _torch()
     p = config.page_size
