@@ -6,6 +6,8 @@ target under :func:`kvverify.flaws.enabled`; ``vllm`` adapts an installed vLLM r
 
 from __future__ import annotations
 
+from typing import Any
+
 from kvverify.errors import ConfigError
 from kvverify.targets.base import (
     BlockSizesTarget,
@@ -48,6 +50,17 @@ def get_sglang_target(name: str):  # -> SglangTarget (imported lazily: the contr
     raise ConfigError("target", name, "unknown SGLang target; allowed: sglang-reference, sglang")
 
 
+def target_by_report_name(name: str, *, property_module: str = "") -> Any:
+    """The target a counterexample report recorded (``reference``, ``vllm``, ``sglang-reference``,
+    ``sglang-X.Y.Z`` for the installed SGLang). An SGLang property recorded under
+    ``reference`` runs on the SGLang reference."""
+    if name.startswith("sglang-") and name != "sglang-reference":
+        name = "sglang"
+    if property_module.startswith("kvverify.sglang.") and name in SGLANG_TARGET_FOR:
+        return get_sglang_target(SGLANG_TARGET_FOR[name])
+    return get_target(name)
+
+
 def get_target(name: str) -> Target:
     """Look a target up by name; unknown names are a clear error."""
     if name == "reference":
@@ -62,4 +75,4 @@ def get_target(name: str) -> Target:
 
 __all__ = ["BlockSizesTarget", "Capability", "KVCacheManagerLike", "PlannerTarget", "RuntimeTarget",
            "SchedulerLike", "SchedulerTarget", "SGLANG_TARGET_FOR", "TARGET_ENGINES", "Target", "TargetUnsupported",
-           "engine_of", "get_sglang_target", "get_target"]
+           "engine_of", "get_sglang_target", "get_target", "target_by_report_name"]
