@@ -125,24 +125,35 @@ def _retraction_probe(target: Any, case: RetractionCase) -> Any:
         assume(False)
 
 
-@given(case=retraction_cases(tokens_per_step=None))
+def _draw_retraction(target: Any, data: Any, tokens_per_step: int | None) -> RetractionCase:
+    """A retraction case the target can run: page size 1 only without ``PAGED``."""
+    paged = SglangCapability.PAGED in target.sglang_capabilities
+    if not paged:
+        event("page_size 1 only (the target has no paged allocation)")
+    case: RetractionCase = data.draw(retraction_cases(tokens_per_step=tokens_per_step, paged=paged), label="case")
+    return case
+
+
+@given(data=st.data())
 @recorded
-def test_sglang_retraction_frees_enough(target: Any, case: RetractionCase) -> None:
+def test_sglang_retraction_frees_enough(target: Any, data: Any) -> None:
     """After ``check_decode_mem`` / ``retract_decode`` the kept batch's decode step is allocated,
     and no page is lost (#4602, #9982 / #6731, #14939)."""
     require(target, SglangCapability.RETRACTION)
+    case = _draw_retraction(target, data, None)
     note(case.config.describe())
     probe = _retraction_probe(target, case)
     event(f"retracted={len(probe.retracted)} aborted={len(probe.aborted)}")
     assert_no_violations(check_retraction_frees_enough(probe))
 
 
-@given(case=retraction_cases())
+@given(data=st.data())
 @recorded
-def test_sglang_retraction_terminates_with_reason(target: Any, case: RetractionCase) -> None:
+def test_sglang_retraction_terminates_with_reason(target: Any, data: Any) -> None:
     """When even one request cannot take its next decode step, it is aborted with a reason:
     never an assertion (#14948) nor a raise (#19881)."""
     require(target, SglangCapability.RETRACTION)
+    case = _draw_retraction(target, data, 1)
     note(case.config.describe())
     probe = _retraction_probe(target, case)
     event(f"aborted={len(probe.aborted)}")

@@ -24,14 +24,19 @@ from kvverify.sglang.driver import SglangRequestSpec
 from kvverify.targets.sglang_contract import DecodingReqSpec
 
 
-def page_sizes() -> st.SearchStrategy[int]:
-    return st.sampled_from([1, 2, 4, 8, 16, 32, 64])
+PAGE_SIZES = (1, 2, 4, 8, 16, 32, 64)
+
+
+def page_sizes(paged: bool = True) -> st.SearchStrategy[int]:
+    """SGLang's page sizes (``paged=False``: 1 only, for a target without paged allocation)."""
+    return st.sampled_from(PAGE_SIZES if paged else (1,))
 
 
 @st.composite
-def configs(draw: st.DrawFn, *, max_pages: int = 16, tokens_per_step: int | None = 1) -> SglangConfig:
+def configs(draw: st.DrawFn, *, max_pages: int = 16, tokens_per_step: int | None = 1,
+            paged: bool = True) -> SglangConfig:
     """A config whose pool is ``pages`` whole pages."""
-    p = draw(page_sizes(), label="page_size")
+    p = draw(page_sizes(paged), label="page_size")
     pages = draw(st.integers(1, max_pages), label="pages")
     pool = pages * p
     ctx = draw(st.one_of(st.just(pool + 1), st.integers(2, 4 * pool + 8)), label="context_len")
@@ -70,9 +75,9 @@ class RetractionCase:
 
 
 @st.composite
-def retraction_cases(draw: st.DrawFn, *, tokens_per_step: int | None = 1) -> RetractionCase:
+def retraction_cases(draw: st.DrawFn, *, tokens_per_step: int | None = 1, paged: bool = True) -> RetractionCase:
     """A decoding batch whose pages fill the pool (or nearly), at page boundaries first."""
-    cfg = draw(configs(max_pages=12, tokens_per_step=tokens_per_step))
+    cfg = draw(configs(max_pages=12, tokens_per_step=tokens_per_step, paged=paged))
     p, pool = cfg.page_size, cfg.max_total_num_tokens or 0
     n = draw(st.integers(1, 4), label="batch_size")
     batch = []

@@ -40,6 +40,7 @@ class SglangCapability(str, enum.Enum):
     ADMISSION = "sglang_admission"    # validation + PrefillAdder on an empty pool
     RETRACTION = "sglang_retraction"  # check_decode_mem / retract_decode / prepare_for_decode
     SCHEDULER = "sglang_scheduler"    # the event loop over a workload
+    PAGED = "sglang_paged"            # page_size > 1 allocation runs here (else the probes take page_size 1)
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,12 @@ class SglangTarget(SglangPoolTarget, SglangAdmissionTarget, SglangRetractionTarg
     def sglang_capabilities(self) -> frozenset[SglangCapability]: ...
 
 
+class SglangPagedTarget(Protocol):
+    """``SglangCapability.PAGED``: no methods of its own; the retraction probe takes any page size."""
+
+
 SGLANG_CAPABILITY_PROTOCOLS: dict[SglangCapability, type] = {
+    SglangCapability.PAGED: SglangPagedTarget,
     SglangCapability.POOL: SglangPoolTarget,
     SglangCapability.ADMISSION: SglangAdmissionTarget,
     SglangCapability.RETRACTION: SglangRetractionTarget,

@@ -55,6 +55,11 @@ def detect() -> tuple[frozenset[SglangCapability], dict[SglangCapability, str]]:
                 break
         else:
             offered.add(cap)
+    if paged_allocator_runs_on_cpu():
+        offered.add(SglangCapability.PAGED)
+    else:
+        missing[SglangCapability.PAGED] = ("PagedTokenToKVPoolAllocator launches Triton kernels unconditionally "
+                                           "(no CPU path): page_size > 1 needs a GPU")
     return frozenset(offered), missing
 
 
