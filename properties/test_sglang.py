@@ -1,9 +1,9 @@
 """SGLang's guarantees (:mod:`kvverify.targets.sglang_contract`), on the SGLang reference
 (``pytest properties/``) or the installed SGLang (``--target sglang``).
 
-Findings SG1 and SG2 are strict known failures here: they fail on SGLang 0.5.23 and on the
-faithful reference, and pass under their fix (``--fix NAME``: the reference's fix option, or
-SGLang with the finding's patch applied).
+Finding SG1 is a strict known failure here: it fails on SGLang 0.5.23 and on the faithful
+reference, and passes under its fix (``--fix sglang_input_bound_page_aware``: the reference's
+fix option, or SGLang with the finding's patch applied).
 """
 
 import pytest
@@ -34,9 +34,3 @@ def _known(finding: str, fix: str):
 def test_sglang_finding_sg1(target) -> None:
     """SG1: validation accepts a request ``PrefillAdder`` never admits on an empty pool."""
     props.test_sglang_validated_request_is_schedulable_sg1(target=target)
-
-
-@_known("SG2", "sglang_chunk_at_least_page")
-def test_sglang_finding_sg2(target) -> None:
-    """SG2: ``chunked_prefill_size < page_size`` starts, then no prefill chunk ever runs."""
-    props.test_sglang_validated_request_is_schedulable_sg2(target=target)

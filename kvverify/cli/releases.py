@@ -950,6 +950,9 @@ def add_releases_parser(sub: Any) -> None:
                         "without re-running the suite")
     r.add_argument("--list", action="store_true", help="list the discovered release venvs and exit")
     r.add_argument("--json", action="store_true", help="print the results as JSON")
+    r.add_argument("--engine", choices=("vllm", "sglang"), default="vllm",
+                   help="sglang: the SGLang properties on every /work/venvs/sglang-X.Y.Z (or "
+                        "$KVVERIFY_SGLANG_VENVS) -> docs/sglang-releases.md (kvverify/sglang/releases.py)")
     r.set_defaults(func=cmd_releases)
 
 
@@ -958,6 +961,19 @@ def repo_root() -> Path:
 
 
 def cmd_releases(args: argparse.Namespace) -> int:
+    if getattr(args, "engine", "vllm") == "sglang":
+        from kvverify.sglang import releases as sglang_releases
+        if args.render_only:
+            runs = sglang_releases.load_runs()
+            sglang_releases.update_readme(runs, repo_root() / "README.md")
+        else:
+            runs = sglang_releases.main(args.release or None)
+        if args.json:
+            import dataclasses
+            print(json.dumps([dataclasses.asdict(r) for r in runs], indent=2))
+        else:
+            print(sglang_releases.render_md(runs))
+        return 0
     root = repo_root()
     for v in args.release:
         if not _VERSION_RE.match(v):

@@ -25,10 +25,6 @@ CATALOG: dict[str, SglangFix] = {f.name: f for f in (
               "pool: max_req_input_len <= max_total_num_tokens - page_size - 1 (the prefill charge "
               "is input + max_new + page_size < rem_total_tokens)",
               "SG1-sglang-input-bound-page-aware.patch"),
-    SglangFix("sglang_chunk_at_least_page", "SG2",
-              "the server refuses to start when chunked_prefill_size < page_size (a clear error naming "
-              "the field) instead of cutting every chunk to 0 tokens",
-              "SG2-sglang-chunk-at-least-page.patch"),
 )}
 
 _SWITCHES = Switches("fix", CATALOG)

@@ -20,13 +20,12 @@ class SglangStartupError(KVVerifyError):
 
 
 def check_server_args(config: SglangConfig) -> None:
-    """``ServerArgs`` checks the reference models. Upstream has none tying
-    ``chunked_prefill_size`` to ``page_size`` (finding SG2; fix ``sglang_chunk_at_least_page``)."""
-    from kvverify.sglang import fixes
-    if fixes.is_on("sglang_chunk_at_least_page") and config.chunked_prefill_size is not None \
-            and config.chunked_prefill_size < config.page_size:
-        raise SglangStartupError(f"chunked_prefill_size={config.chunked_prefill_size} is invalid: must be "
-                                 f">= page_size ({config.page_size}), or every prefill chunk is cut to 0 tokens")
+    """The launch-time ``ServerArgs.check_server_args`` the reference models
+    (``arg_groups/validation_hook.py``): ``chunked_prefill_size`` must be a multiple of
+    ``page_size`` (else PrefillAdder would cut chunks shorter than a page to 0 tokens)."""
+    if config.chunked_prefill_size is not None and config.chunked_prefill_size % config.page_size:
+        raise SglangStartupError(f"chunked_prefill_size={config.chunked_prefill_size} must be divisible by "
+                                 f"page_size={config.page_size}")
 
 
 def resolve_max_total_num_tokens(config: SglangConfig) -> int:

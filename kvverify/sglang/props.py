@@ -3,12 +3,11 @@ zoo and the CLI call the same code). ``target`` is an SGLang target
 (:mod:`kvverify.targets.sglang_contract`); a property needing a capability the target does
 not offer is skipped with the reason.
 
-Findings (``reports/findings/SG*.md``), on SGLang 0.5.23 as on the reference: SG1, a request
+Finding SG1 (``reports/findings/SG1-*.md``), on SGLang 0.5.23 as on the reference: a request
 the validation accepts can be one ``PrefillAdder`` never admits (page size >= 7, a pool
-smaller than the context); SG2, ``chunked_prefill_size < page_size`` starts, then every
-prefill chunk is cut to 0 tokens. The general properties re-run such a case on the
-reference under the finding's fix and record ``event("explained by known finding SGn")``;
-the strict known failures (``..._sg1``, ``..._sg2``) show each one unexplained.
+smaller than the context). The general properties re-run such a case on the reference under
+the finding's fix and record ``event("explained by known finding SG1")``; the strict known
+failure ``test_sglang_validated_request_is_schedulable_sg1`` shows it unexplained.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ from kvverify.targets.base import TargetUnsupported
 from kvverify.targets.sglang_contract import SglangCapability
 
 #: known finding -> its fix option (``kvverify/sglang/fixes.py``)
-KNOWN_FINDINGS = {"SG1": "sglang_input_bound_page_aware", "SG2": "sglang_chunk_at_least_page"}
+KNOWN_FINDINGS = {"SG1": "sglang_input_bound_page_aware"}
 
 
 def require(target: Any, capability: SglangCapability) -> None:
@@ -90,31 +89,13 @@ def test_sglang_validated_request_is_schedulable(target: Any, case: AdmissionCas
     assert_no_violations(violations)
 
 
-def _admission_unless(target: Any, case: AdmissionCase, other: str) -> None:
-    violations = _admission_violations(target, case)
-    if explained_by_known(target, lambda t: _admission_violations(t, case), violations, only=[other]):
-        event(f"explained by known finding {other}")
-        return
-    assert_no_violations(violations)
-
-
 @given(case=admission_cases())
 @recorded
 def test_sglang_validated_request_is_schedulable_sg1(target: Any, case: AdmissionCase) -> None:
-    """The same with only SG2 explained: fails on SGLang 0.5.23 and the reference (finding SG1,
-    a strict known failure); passes under ``--fix sglang_input_bound_page_aware``."""
+    """The same, unexplained: fails on SGLang 0.5.23 and the reference (finding SG1, a strict
+    known failure); passes under ``--fix sglang_input_bound_page_aware``."""
     require(target, SglangCapability.ADMISSION)
-    _admission_unless(target, case, "SG2")
-
-
-@given(case=admission_cases())
-@recorded
-def test_sglang_validated_request_is_schedulable_sg2(target: Any, case: AdmissionCase) -> None:
-    """The same with only SG1 explained: fails on SGLang 0.5.23 and the reference (finding SG2:
-    ``chunked_prefill_size < page_size`` cuts every chunk to 0 tokens); passes under
-    ``--fix sglang_chunk_at_least_page``."""
-    require(target, SglangCapability.ADMISSION)
-    _admission_unless(target, case, "SG1")
+    assert_no_violations(_admission_violations(target, case))
 
 
 def _retraction_probe(target: Any, case: RetractionCase) -> Any:

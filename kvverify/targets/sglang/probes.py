@@ -19,7 +19,6 @@ from types import SimpleNamespace
 from typing import Any
 
 from kvverify.sglang.config import SglangConfig
-from kvverify.sglang.pool import check_server_args
 from kvverify.targets.base import TargetUnsupported
 from kvverify.targets.sglang import env
 from kvverify.targets.sglang import compat
@@ -109,6 +108,19 @@ class Engine:
         return str(getattr(res, "name", res)).lower()
 
 
+def launch_check(config: SglangConfig) -> str | None:
+    """``server_args.check_server_args()``, as ``Engine`` runs it at launch: ``None`` if the
+    server starts, else its refusal (an assertion with a message, in SGLang)."""
+    sa = _server_args(config)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sa.check_server_args()
+    except (AssertionError, ValueError) as e:
+        return f"startup refused: {type(e).__name__}: {e}"[:300]
+    return None
+
+
 def derive_pool(config: SglangConfig) -> PoolProbe:
     """``DefaultPoolConfigurator.calculate_pool_sizes`` (or ``_from_max_tokens``) with the
     budget and cell size given (the profiling step needs a device), ``--max-total-tokens`` as
@@ -174,10 +186,9 @@ def probe_admission(config: SglangConfig, input_len: int, max_new_tokens: int) -
     if config.max_total_num_tokens is None:
         raise TargetUnsupported("the admission probe takes a pool in tokens")
     size = config.max_total_num_tokens
-    try:
-        check_server_args(config)  # the SG2 fix is a startup refusal; upstream has none
-    except Exception as e:  # noqa: BLE001
-        return AdmissionProbe(0, 0, f"{type(e).__name__}: {e}", None, None)
+    refused = launch_check(config)
+    if refused is not None:
+        return AdmissionProbe(0, 0, refused, None, None)
     eng = Engine(config, size)
     req_len, input_bound = worker_info(config, size, eng.allocator, eng.req_to_token_pool)
     utils = env.load("sglang.srt.managers.utils")
