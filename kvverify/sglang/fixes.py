@@ -24,7 +24,7 @@ CATALOG: dict[str, SglangFix] = {f.name: f for f in (
               "validate_input_length bounds the input by what PrefillAdder can admit on an empty "
               "pool: max_req_input_len <= max_total_num_tokens - page_size - 1 (the prefill charge "
               "is input + max_new + page_size < rem_total_tokens)",
-              "SG1-sglang-input-bound-page-aware.patch"),
+              "sglang/SG1-sglang-input-bound-page-aware.patch"),
 )}
 
 _SWITCHES = Switches("fix", CATALOG)
