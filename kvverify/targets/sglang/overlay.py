@@ -95,7 +95,7 @@ def activate(fix_names: list[str] | tuple[str, ...]) -> Path:
     """Build the overlay and put it first on ``sys.path`` (before anything imports SGLang)."""
     path = build(fix_names)
     loaded = [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]
-    current = os.environ.get(ENV)
+    current = os.environ.get(ENV) if os.environ.get(ENV) in sys.path else None  # inherited env: not active here
     if current and current != str(path):
         raise KVVerifyError(f"another SGLang overlay is active in this process ({current})")
     if loaded and not current:
