@@ -50,21 +50,24 @@ def _zoo_module() -> Any:
 
 def cmd_zoo(args: argparse.Namespace) -> int:
     from kvverify import flaws
+    from kvverify.sglang import flaws as sglang_flaws
 
+    engine = getattr(args, "engine", "all")
+    catalog = {**({} if engine == "sglang" else flaws.CATALOG), **({} if engine == "vllm" else sglang_flaws.CATALOG)}
     if args.list:
         if args.json:
-            print(json.dumps([dataclasses.asdict(f) for f in flaws.CATALOG.values()], indent=2))
+            print(json.dumps([dataclasses.asdict(f) for f in catalog.values()], indent=2))
             return EXIT_OK
         from rich.table import Table
         t = Table(title="kvverify bug zoo: the catalogued flaws", title_justify="left")
         for col in ("flaw", "upstream", "symptom", "caught by"):
             t.add_column(col, overflow="fold")
-        for f in flaws.CATALOG.values():
+        for f in catalog.values():
             t.add_row(f.name, f.upstream, f.symptom, f.property_name)
         make_console().print(t)
         return EXIT_OK
     zoo = _zoo_module()
-    results = zoo.run_zoo(args.names or None)
+    results = zoo.run_zoo(args.names or list(catalog))
     if args.json:
         print(json.dumps([_zoo_json(r) for r in results], indent=2))
     else:
@@ -259,6 +262,8 @@ def add_zoo_parser(sub: Any, flaw_choices: list[str]) -> argparse.ArgumentParser
     z.add_argument("names", nargs="*", metavar="FLAW", help="flaws to run (default: all)")
     z.add_argument("--list", action="store_true", help="list the flaws without running them")
     z.add_argument("--json", action="store_true", help="print a JSON list")
+    z.add_argument("--engine", choices=("all", "vllm", "sglang"), default="all",
+                   help="only this engine's zoo (vLLM's kvverify/flaws.py, SGLang's kvverify/sglang/flaws.py)")
     z.set_defaults(func=cmd_zoo)
     return z
 
