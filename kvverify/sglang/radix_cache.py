@@ -52,7 +52,7 @@ class RadixCache:
 
     def match_prefix(self, tokens: Sequence[int]) -> tuple[list[int], TreeNode]:
         """The cached pages of the longest whole-page prefix of ``tokens``, and its last node."""
-        node, pages = self.root, []
+        node, pages = self.root, list[int]()
         if self.disable:
             return pages, node
         now = self._tick()

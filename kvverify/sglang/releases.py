@@ -120,7 +120,7 @@ def run_release(version: str, venv: Path, work: Path) -> ReleaseRun:
     junit = work / f"{version}.xml"
     t0 = time.perf_counter()
     subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", "properties/test_sglang.py", "--target", "sglang",
-                    "--hypothesis-profile=ci", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"],
+                    "--hypothesis-profile=ci", "-q", "-p", "no:cacheprovider", "-n", "2", f"--junitxml={junit}"],
                    cwd=ROOT, env=_env(reports), capture_output=True, text=True, timeout=1800, check=False)
     seconds = time.perf_counter() - t0
     outcomes = _parse_junit(junit) if junit.exists() else {"(pytest)": "failed: no junit written"}
@@ -143,8 +143,11 @@ def run_release(version: str, venv: Path, work: Path) -> ReleaseRun:
 
 
 def replay_forward(runs: list[ReleaseRun], venvs: dict[str, Path]) -> None:
-    order = [r.version for r in runs]
-    for i, run in enumerate(runs):
+    order = [r.version for r in runs if r.version in venvs]
+    for run in runs:
+        if run.version not in venvs:
+            continue
+        i = order.index(run.version)
         for fail in run.failures:
             for later in order[i:]:
                 code = replay(venvs[later], Path(fail.report))
@@ -238,12 +241,20 @@ def main(versions: list[str] | None = None, *, write: bool = True, work: str | N
             from kvverify.errors import ConfigError
             raise ConfigError("release", missing, f"not installed; installed: {', '.join(venvs) or 'none'}")
         venvs = {v: venvs[v] for v in versions}
-    workdir = Path(work or tempfile.mkdtemp(prefix="kvverify-sglang-releases-"))
-    runs = []
+    workdir = Path(work or ROOT / "reports" / "sglang-releases")
+    workdir.mkdir(parents=True, exist_ok=True)
+    fresh = []
     for v, venv in venvs.items():
         print(f"[sglang releases] {v}: running the SGLang properties ...", file=sys.stderr, flush=True)
-        runs.append(run_release(v, venv, workdir))
-    replay_forward(runs, venvs)
+        fresh.append(run_release(v, venv, workdir))
+    stored = {r.version: r for r in load_runs()} if (ROOT / "docs" / "sglang-releases.json").is_file() else {}
+    stored.update({r.version: r for r in fresh})  # releases not re-run keep their stored results
+    runs = sorted(stored.values(), key=lambda r: version_key(r.version))
+    all_venvs = installed()
+    for r in runs:
+        for f in r.failures:
+            f.replays, f.first_pass = {}, None
+    replay_forward(runs, {v: p for v, p in all_venvs.items() if v in stored})
     if write:
         _write(ROOT / "docs" / "sglang-releases.json", json.dumps([asdict(r) for r in runs], indent=2) + "\n")
         _write(ROOT / "docs" / "sglang-releases.md", render_md(runs))

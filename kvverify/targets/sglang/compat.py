@@ -82,10 +82,10 @@ def call_kw(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
 def returned_names(fn: Callable[..., Any]) -> list[str]:
     """The names in ``fn``'s last ``return (a, b, ...)`` (e.g. ``get_worker_info``'s tuple order)."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    rets = [n for n in ast.walk(tree) if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)]
-    if not rets:
+    tuples = [n.value for n in ast.walk(tree) if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)]
+    if not tuples:
         raise SglangDriftError(f"{fn.__qualname__} no longer returns a tuple")
-    return [ast.unparse(e) for e in rets[-1].value.elts]
+    return [ast.unparse(e) for e in tuples[-1].elts]
 
 
 class Bare:
