@@ -205,9 +205,6 @@ fi
 # ------------------------------------------------ the triton / torchvision stubs
 SITE="$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 echo "$REPO_ROOT/stubs/sglang-cpu" > "$SITE/kvverify-sglang-cpu-stubs.pth"
-if grep -q '^# needs-stub: sgl_kernel' "$CONSTRAINTS"; then  # releases that import sgl_kernel unconditionally
-  echo "$REPO_ROOT/stubs/sglang-cpu-kernel" >> "$SITE/kvverify-sglang-cpu-stubs.pth"
-fi
 
 # -------------------------------------------------------------- verification
 t=$SECONDS

@@ -53,12 +53,9 @@ IMPORTS='
 import sglang.srt.managers.schedule_batch, sglang.srt.managers.schedule_policy, sglang.srt.managers.utils
 import sglang.srt.mem_cache.radix_cache, sglang.srt.mem_cache.memory_pool
 print("imports ok")'
-NEEDS_STUB=""
-if ! (cd / && PYTHONPATH="$REPO_ROOT/stubs/sglang-cpu" "$SCRATCH/bin/python" -W ignore -c "$IMPORTS"); then
-  # older releases import sgl_kernel unconditionally (mem_cache/memory_pool_host.py)
-  (cd / && PYTHONPATH="$REPO_ROOT/stubs/sglang-cpu:$REPO_ROOT/stubs/sglang-cpu-kernel" "$SCRATCH/bin/python" -W ignore -c "$IMPORTS")
-  NEEDS_STUB="sgl_kernel"
-fi
+# (releases before 0.5.1x import sgl_kernel unconditionally, from mem_cache/memory_pool_host.py and
+# the quantization layers' scalar types: they fail here, and get no lock)
+(cd / && PYTHONPATH="$REPO_ROOT/stubs/sglang-cpu" "$SCRATCH/bin/python" -W ignore -c "$IMPORTS")
 LOCK="$REPO_ROOT/constraints/sglang-$VERSION.txt"
 {
   echo "# Pinned, CPU-only install of upstream SGLang $VERSION for kvverify's \`sglang\` target."
@@ -68,7 +65,6 @@ LOCK="$REPO_ROOT/constraints/sglang-$VERSION.txt"
   echo "# Python + torch and runs on the CPU build), sglang --no-deps, and the packages its KV-cache /"
   echo "# admission imports need, each within SGLang's own declared specifier. triton and torchvision"
   echo "# are not installed: stubs/sglang-cpu stands in for them. Installed with --no-deps."
-  [[ -n "$NEEDS_STUB" ]] && echo "# needs-stub: $NEEDS_STUB   (stubs/sglang-cpu-kernel: this release imports it unconditionally)"
   echo "torch==2.13.0+cpu"
   "$SCRATCH/bin/python" -m pip freeze --all | grep -vE '^(torch==|pip==)' | sort -f
 } > "$LOCK.tmp"
