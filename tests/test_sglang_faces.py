@@ -97,3 +97,11 @@ def test_install_script_help_and_unknown_release() -> None:
     done = subprocess.run(["bash", str(ROOT / "scripts" / "install-sglang-target.sh"), "--version", "9.9.9",
                            "/tmp/kvverify-no-such-venv"], capture_output=True, text=True, check=False)
     assert done.returncode == 2 and "no lock for SGLang 9.9.9" in done.stderr
+
+
+def test_check_plot_draws_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run.svg"
+    assert main(["check", "--engine", "sglang", "--model", "llama-3.1-8b", "--num-gpu-blocks-override", "4",
+                 "--block-size", "16", "--max-model-len", "4096", "--plot", str(out)]) == 1
+    svg = out.read_text()
+    assert svg.startswith("<svg") and "head_of_line" in svg and "pool 64" in svg

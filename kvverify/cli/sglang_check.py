@@ -79,7 +79,13 @@ def run_sglang_check(layout: Any, args: argparse.Namespace) -> dict[str, Any]:
         if longest < 1:
             out.update(servable=False, verdict="no input is accepted (the pool is too small)")
             return out
-        result = target.run_workload(run_cfg, [SglangRequestSpec(longest, 1 << 30)])
+        from kvverify.sglang.driver import run_workload
+        from kvverify.sglang.scheduler import Scheduler
+        result = run_workload(Scheduler(run_cfg), [SglangRequestSpec(longest, 1 << 30)], record=True)
+        if args.plot:
+            from kvverify.sglang.timeline import write_svg
+            write_svg(result, f"SGLang check: {layout.name}, page {page}, pool {pool.max_total_num_tokens} tokens, "
+                              f"input {longest}", args.plot)
         out["run"] = {"verdict": result.verdict, "steps": result.steps, "detail": result.detail or result.error,
                       "outcomes": result.outcomes}
         out["servable"] = result.ok

@@ -43,6 +43,9 @@ class SglangRequestSpec:
 
 class StepOutcomeLike(Protocol):
     @property
+    def kind(self) -> str: ...
+
+    @property
     def tokens(self) -> int: ...
 
     @property
@@ -73,6 +76,10 @@ class SglangSchedulerLike(Protocol):
 
     def fingerprint(self) -> tuple: ...
 
+    def snapshot(self) -> dict[str, int]:
+        """Per-step numbers for the timeline: free / cached tokens, pool, running, waiting."""
+        ...
+
 
 @dataclass
 class SglangWorkloadResult:
@@ -82,16 +89,29 @@ class SglangWorkloadResult:
     retractions: int = 0
     error: str | None = None
     detail: str = ""
+    #: per step (opt-in, ``record=True``): the scheduler's snapshot plus the step's outcome
+    trace: list[dict[str, int | str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return self.verdict in ("completed", "refused")
 
 
-def run_workload(scheduler: SglangSchedulerLike, workload: Sequence[SglangRequestSpec]) -> SglangWorkloadResult:
-    """Feed ``workload`` (arrivals by step) to ``scheduler`` and step it to a verdict."""
+def run_workload(scheduler: SglangSchedulerLike, workload: Sequence[SglangRequestSpec], *,
+                 record: bool = False) -> SglangWorkloadResult:
+    """Feed ``workload`` (arrivals by step) to ``scheduler`` and step it to a verdict
+    (``record``: keep the per-step trace the timeline picture draws)."""
     pending = sorted(range(len(workload)), key=lambda i: (workload[i].arrival_step, i))
     seen: set[tuple] = set()
+    step, retractions = 0, 0
+    trace: list[dict[str, int | str]] = []
+    result = _run(scheduler, workload, pending, seen, trace if record else None)
+    result.trace = trace
+    return result
+
+
+def _run(scheduler: SglangSchedulerLike, workload: Sequence[SglangRequestSpec], pending: list[int],
+         seen: set[tuple], trace: list[dict[str, int | str]] | None) -> SglangWorkloadResult:
     step, retractions = 0, 0
     while True:
         while pending and workload[pending[0]].arrival_step <= step:
@@ -107,6 +127,9 @@ def run_workload(scheduler: SglangSchedulerLike, workload: Sequence[SglangReques
                                         error=f"{type(e).__name__}: {e}"[:400])
         step += 1
         retractions += out.retracted
+        if trace is not None:
+            trace.append({"step": step, "kind": out.kind, "tokens": out.tokens,
+                          "retracted": out.retracted, "aborted": out.aborted, **scheduler.snapshot()})
         if out.tokens or out.finished or out.aborted:
             seen.clear()
             continue

@@ -168,3 +168,8 @@ class Scheduler:
         return (reqs(self.waiting), reqs(self.running), self.chunked_req.rid if self.chunked_req else None,
                 tuple(self.allocator.free_pages), tuple(sorted(self.tree_cache.cached_pages())),
                 round(self.new_token_ratio, 12))
+
+    def snapshot(self) -> dict[str, int]:
+        return {"free": self.allocator.available_size(), "cached": len(self.tree_cache.cached_pages()) * self.config.page_size,
+                "pool": self.allocator.num_pages * self.config.page_size, "running": self.num_running(),
+                "waiting": len(self.waiting)}
