@@ -50,8 +50,11 @@ def detect() -> tuple[frozenset[SglangCapability], dict[SglangCapability, str]]:
         for module, path in needs:
             try:
                 _resolve(module, path)
-            except (ImportError, AttributeError) as e:
-                missing[cap] = f"{module}.{path} is not in this release ({type(e).__name__}: {e})"[:200]
+            except ImportError as e:
+                missing[cap] = f"{module} does not import on a CPU-only install ({type(e).__name__}: {e})"[:200]
+                break
+            except AttributeError as e:
+                missing[cap] = f"{module}.{path} is not in this release ({e})"[:200]
                 break
         else:
             offered.add(cap)
@@ -108,3 +111,12 @@ def paged_allocator_runs_on_cpu() -> bool:
     alloc_mod = load("sglang.srt.mem_cache.allocator")
     src = inspect.getsource(alloc_mod.PagedTokenToKVPoolAllocator.alloc_extend)
     return "alloc_extend_naive(" in src
+
+
+def input_ids_container() -> type:
+    """What ``Req`` takes as ``origin_input_ids``: ``array('q')`` (0.5.2x, annotated
+    ``array[int]``) or a ``list`` (earlier, ``List[int]``), read off its signature."""
+    from array import array
+    sb = load("sglang.srt.managers.schedule_batch")
+    ann = inspect.signature(sb.Req.__init__).parameters["origin_input_ids"].annotation
+    return array if "array" in str(ann) else list

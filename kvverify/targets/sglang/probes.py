@@ -86,7 +86,8 @@ class Engine:
         sp = call_kw(sp_mod.SamplingParams, max_new_tokens=max_new_tokens, ignore_eos=True)
         call_kw(sp.normalize, None) if "tokenizer" in inspect.signature(sp.normalize).parameters else None
         call_kw(sp.verify, VOCAB) if len(inspect.signature(sp.verify).parameters) else sp.verify()
-        return call_kw(self.sb.Req, rid, "", array("q", input_ids), sp, vocab_size=VOCAB)
+        ids: Any = array("q", input_ids) if compat.input_ids_container() is array else list(input_ids)
+        return call_kw(self.sb.Req, rid, "", ids, sp, vocab_size=VOCAB)
 
     def batch(self, reqs: list[Any]) -> Any:
         return call_kw(self.sb.ScheduleBatch.init_new, reqs=reqs, req_to_token_pool=self.req_to_token_pool,
@@ -290,7 +291,7 @@ def probe_retraction(config: SglangConfig, specs: Sequence[DecodingReqSpec]) -> 
         fits = bool(running.check_decode_mem())
         out["fits_before"] = fits
         if not fits:
-            res = running.retract_decode()
+            res = call_kw(running.retract_decode, server_args=eng.server_args)  # 0.5.12 takes server_args
             retracted = res[0]
             aborted = res[2] if len(res) > 2 else []
             out["retracted"] = tuple(r.rid for r in retracted)
@@ -298,6 +299,8 @@ def probe_retraction(config: SglangConfig, specs: Sequence[DecodingReqSpec]) -> 
         if running.reqs:
             _decode_round(running)
             out["decode_allocated"] = True
+    except env.SglangDriftError:
+        raise  # the adapter could not call the release: unknown drift, not the engine's answer
     except Exception as e:  # noqa: BLE001 - an escaped exception is the answer
         out.setdefault("fits_before", False)
         out["error"] = f"{type(e).__name__}: {e}"[:300]
