@@ -105,3 +105,17 @@ def test_check_plot_draws_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[
                  "--block-size", "16", "--max-model-len", "4096", "--plot", str(out)]) == 1
     svg = out.read_text()
     assert svg.startswith("<svg") and "head_of_line" in svg and "pool 64" in svg
+
+
+def test_pytest_flaw_option_routes_sglang_flaws() -> None:
+    """``pytest --flaw sglang_...`` switches the SGLang flaw on (its own catalogue): the pool
+    property then fails; without it, it passes."""
+    base = [sys.executable, "-m", "pytest", "properties/test_sglang.py", "-q", "-p", "no:cacheprovider",
+            "-k", "pool_size", "--hypothesis-profile=ci"]
+    env = {**__import__("os").environ, "KVVERIFY_REPORTS_DIR": "/tmp/kvverify-test-sglang-flaw-reports"}
+    flawed = subprocess.run([*base, "--flaw", "sglang_profiled_tokens_negative"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, check=False)
+    assert flawed.returncode == 1, flawed.stdout[-2000:]
+    assert "sglang_pool_not_positive" in flawed.stdout or "sglang_pool" in flawed.stdout
+    clean = subprocess.run(base, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    assert clean.returncode == 0, clean.stdout[-2000:]
