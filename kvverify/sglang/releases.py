@@ -116,6 +116,9 @@ def reference_replay(report: Path, flaws: list[str]) -> bool:
 
 def run_release(version: str, venv: Path, work: Path) -> ReleaseRun:
     reports = work / f"reports-{version}"
+    if reports.is_dir() and not reports.is_symlink():
+        import shutil
+        shutil.rmtree(reports)  # this run's reports only (a previous run's would be counted again)
     reports.mkdir(parents=True, exist_ok=True)
     junit = work / f"{version}.xml"
     t0 = time.perf_counter()
