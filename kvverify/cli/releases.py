@@ -964,8 +964,7 @@ def cmd_releases(args: argparse.Namespace) -> int:
     if getattr(args, "engine", "vllm") == "sglang":
         from kvverify.sglang import releases as sglang_releases
         if args.render_only:
-            runs = sglang_releases.load_runs()
-            sglang_releases.update_readme(runs, repo_root() / "README.md")
+            runs = sglang_releases.render_stored()
         else:
             runs = sglang_releases.main(args.release or None)
         if args.json:

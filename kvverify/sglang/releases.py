@@ -185,6 +185,19 @@ def zoo_rows(runs: list[ReleaseRun]) -> list[tuple[str, str, str]]:
     return rows
 
 
+def finding_line(runs: list[ReleaseRun]) -> str:
+    """Where finding SG1's strict known failure reproduced (and where it could not run)."""
+    shows = [r.version for r in runs if r.outcomes.get("test_sglang_finding_sg1") == "xfailed"]
+    cannot = [r.version for r in runs if str(r.outcomes.get("test_sglang_finding_sg1", "")).startswith("skipped")]
+    fixed = [r.version for r in runs if r.outcomes.get("test_sglang_finding_sg1") == "failed"]
+    line = f"Finding SG1 reproduces (strict known failure) on: {', '.join(shows) or 'none'}"
+    if cannot:
+        line += f"; not runnable on {', '.join(cannot)} (the admission capability is missing there)"
+    if fixed:
+        line += f"; no longer on {', '.join(fixed)} (the strict xfail passed: update the finding)"
+    return line + "."
+
+
 def render_md(runs: list[ReleaseRun]) -> str:
     tests = sorted({t for r in runs for t in r.outcomes})
     lines = ["# SGLang releases", "",
@@ -212,6 +225,7 @@ def render_md(runs: list[ReleaseRun]) -> str:
         lines += [f"* `{t}`: {s[len('skipped: '):]}" for t, s in skips]
     lines += ["", "| flaw | upstream | caught in real release |", "|---|---|---|"]
     lines += [f"| `{a}` | {b} | {c} |" for a, b, c in zoo_rows(runs)]
+    lines += ["", finding_line(runs)]
     return "\n".join(lines) + "\n"
 
 
@@ -225,6 +239,7 @@ def update_readme(runs: list[ReleaseRun], readme: Path) -> None:
              "([docs/sglang-releases.md](docs/sglang-releases.md)).", "",
              "| flaw | upstream | caught when re-introduced | caught in real release |", "|---|---|---|---|"]
     block += [f"| `{a}` | {b} | yes | {c} |" for a, b, c in zoo_rows(runs)]
+    block += ["", finding_line(runs)]
     block.append(README_END)
     new = "\n".join(block)
     if README_BEGIN in text:
@@ -262,6 +277,14 @@ def main(versions: list[str] | None = None, *, write: bool = True, work: str | N
         _write(ROOT / "docs" / "sglang-releases.json", json.dumps([asdict(r) for r in runs], indent=2) + "\n")
         _write(ROOT / "docs" / "sglang-releases.md", render_md(runs))
         update_readme(runs, ROOT / "README.md")
+    return runs
+
+
+def render_stored() -> list[ReleaseRun]:
+    """Re-render ``docs/sglang-releases.md`` and the README block from the stored JSON."""
+    runs = load_runs()
+    _write(ROOT / "docs" / "sglang-releases.md", render_md(runs))
+    update_readme(runs, ROOT / "README.md")
     return runs
 
 
