@@ -107,12 +107,12 @@ def test_check_plot_draws_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert svg.startswith("<svg") and "head_of_line" in svg and "pool 64" in svg
 
 
-def test_pytest_flaw_option_routes_sglang_flaws() -> None:
+def test_pytest_flaw_option_routes_sglang_flaws(tmp_path: Path) -> None:
     """``pytest --flaw sglang_...`` switches the SGLang flaw on (its own catalogue): the pool
     property then fails; without it, it passes."""
     base = [sys.executable, "-m", "pytest", "properties/test_sglang.py", "-q", "-p", "no:cacheprovider",
             "-k", "pool_size", "--hypothesis-profile=ci"]
-    env = {**__import__("os").environ, "KVVERIFY_REPORTS_DIR": "/tmp/kvverify-test-sglang-flaw-reports"}
+    env = {**__import__("os").environ, "KVVERIFY_REPORTS_DIR": str(tmp_path / "reports")}
     flawed = subprocess.run([*base, "--flaw", "sglang_profiled_tokens_negative"], cwd=ROOT, env=env,
                             capture_output=True, text=True, check=False)
     assert flawed.returncode == 1, flawed.stdout[-2000:]
