@@ -113,3 +113,16 @@ def test_reference_target_offers_every_sglang_capability_method() -> None:
     for cap in SglangCapability:
         for name in sglang_capability_methods(cap):
             assert callable(getattr(REF, name)), (cap, name)
+
+
+def test_conformance_catches_a_broken_target() -> None:
+    """The conformance check fails a target whose retraction keeps the wrong request."""
+    from kvverify.targets.sglang_conformance import check_sglang_target
+
+    class Broken(SglangReferenceTarget):
+        def probe_retraction(self, config, batch):  # type: ignore[no-untyped-def]
+            p = super().probe_retraction(config, batch)
+            return type(p)(**{**p.__dict__, "retracted": ("d0",)})
+
+    assert check_sglang_target(REF) == []
+    assert any("probe_retraction" in p for p in check_sglang_target(Broken()))
