@@ -41,7 +41,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--flaw", action="append", default=[], metavar="NAME",
                     help="switch a bug-zoo flaw on for the whole run (repeatable); see `kvverify zoo --list`")
     group.addoption("--target", default=os.environ.get("KVVERIFY_TARGET", "reference"),
-                    help="system under test: reference (default) or vllm")
+                    help="system under test: reference (default: vLLM's and SGLang's references), vllm, "
+                         "sglang-reference or sglang")
     group.addoption("--fix", action="append", default=[], metavar="NAME",
                     help="switch a finding's proposed fix on (repeatable; kvverify/fixes.py): the reference "
                          "runs with the fix option, --target vllm with the finding's patch applied "
@@ -61,16 +62,22 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.load_profile(profile)
     _configure_fixes(config)  # before anything can import vLLM: --target vllm --fix needs the overlay
     _import_everything()
-    if config.getoption("target") == "vllm":
-        from kvverify.targets import get_target
-        try:
+    target = config.getoption("target")
+    from kvverify.targets import SGLANG_TARGET_FOR, engine_of, get_sglang_target, get_target
+    try:
+        engine_of(target)
+        if target == "vllm":
             get_target("vllm")
-        except ValueError as e:
-            raise pytest.UsageError(f"--target vllm: {e}") from None
+        elif target in SGLANG_TARGET_FOR:
+            get_sglang_target(SGLANG_TARGET_FOR[target])
+    except ValueError as e:
+        raise pytest.UsageError(f"--target {target}: {e}") from None
     names = config.getoption("flaw") or []
     if names:
-        try:
-            flaws.set_global(names)
+        from kvverify.sglang import flaws as sglang_flaws
+        try:  # each engine's flaws go to its own catalogue
+            flaws.set_global([n for n in names if n not in sglang_flaws.CATALOG])
+            sglang_flaws.set_global([n for n in names if n in sglang_flaws.CATALOG])
         except ValueError as e:
             raise pytest.UsageError(str(e)) from None
 
@@ -82,7 +89,18 @@ def _configure_fixes(config: pytest.Config) -> None:
     import importlib.util
 
     from kvverify import fixes
-    names = config.getoption("fix", default=None) or []
+    from kvverify.sglang import fixes as sglang_fixes
+    all_names = config.getoption("fix", default=None) or []
+    sglang_names = [n for n in all_names if n in sglang_fixes.CATALOG]
+    names = [n for n in all_names if n not in sglang_fixes.CATALOG]
+    if sglang_names:
+        try:
+            sglang_fixes.set_global(sglang_names)
+            if config.getoption("target") == "sglang":
+                from kvverify.targets.sglang import overlay as sglang_overlay
+                sglang_overlay.activate(sglang_names)
+        except ValueError as e:
+            raise pytest.UsageError(f"--fix: {e}") from None
     if not names:
         return
     try:
@@ -100,8 +118,12 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     profile = config.getoption("hypothesis_profile", default=None) or profiles.default_profile()  # as configured
     lines = [f"kvverify: hypothesis profile={profile}, target={config.getoption('target')}, "
              f"database={profiles.describe_database(profile)}"]
-    if flaws.active():
-        lines.append(f"kvverify: flaws ON: {', '.join(sorted(flaws.active()))}")
+    from kvverify.sglang import fixes as sglang_fixes
+    from kvverify.sglang import flaws as sglang_flaws
+    if flaws.active() or sglang_flaws.active():
+        lines.append(f"kvverify: flaws ON: {', '.join(sorted(flaws.active() | sglang_flaws.active()))}")
+    if sglang_fixes.active():
+        lines.append(f"kvverify: SGLang fixes ON: {', '.join(sorted(sglang_fixes.active()))}")
     from kvverify import fixes
     if fixes.active():
         from kvverify.targets import overlay

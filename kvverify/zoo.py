@@ -25,6 +25,24 @@ from kvverify.targets.base import Target
 CATCHERS: dict[str, Callable[..., Any]] = {f.name: f.catching_property() for f in flaws.CATALOG.values()}
 
 
+def _engine_zoo(flaw: str) -> tuple[Any, Any, Any]:
+    """``(Flaw, switches module, default target)`` of the engine whose catalogue holds ``flaw``
+    (vLLM's :mod:`kvverify.flaws`, SGLang's :mod:`kvverify.sglang.flaws`)."""
+    from kvverify.sglang import flaws as sglang_flaws
+    if flaw in sglang_flaws.CATALOG:
+        from kvverify.targets import get_sglang_target
+        return sglang_flaws.CATALOG[flaw], sglang_flaws, get_sglang_target("sglang-reference")
+    from kvverify.targets import get_target
+    flaws.check_name(flaw)
+    return flaws.CATALOG[flaw], flaws, get_target("reference")
+
+
+def all_flaws() -> list[str]:
+    """Every catalogued flaw, vLLM's then SGLang's."""
+    from kvverify.sglang import flaws as sglang_flaws
+    return list(flaws.CATALOG) + list(sglang_flaws.CATALOG)
+
+
 @dataclass(frozen=True)
 class ZooResult:
     flaw: str
@@ -45,11 +63,9 @@ class ZooResult:
 def run_flaw(flaw: str, *, max_examples: int = 1000, seed: int | None = None, target: Target | None = None,
              shrink: bool = True) -> ZooResult:
     """Run the flaw's catching property with the flaw on, from a cold start."""
-    from kvverify.targets import get_target
-
-    flaws.check_name(flaw)
-    prop = CATCHERS[flaw]
-    target = target or get_target("reference")
+    entry, switches, default_target = _engine_zoo(flaw)
+    prop = entry.catching_property()
+    target = target or default_target
     phases = [Phase.explicit, Phase.generate, Phase.target] + ([Phase.shrink] if shrink else [])
     run = rebuild(prop, settings=settings(max_examples=max_examples, deadline=None, database=None, phases=phases,
                                           suppress_health_check=list(HealthCheck), print_blob=False,
@@ -57,7 +73,7 @@ def run_flaw(flaw: str, *, max_examples: int = 1000, seed: int | None = None, ta
     RECORDER.reset()
     start = time.perf_counter()
     caught, error, violation = False, None, ""
-    with flaws.enabled(flaw):
+    with switches.enabled(flaw):
         try:
             run(target=target)
         except AssertionError as e:
@@ -68,7 +84,7 @@ def run_flaw(flaw: str, *, max_examples: int = 1000, seed: int | None = None, ta
     total = time.perf_counter() - start
     example = RECORDER.last_failure if caught else None
     return ZooResult(
-        flaw=flaw, upstream=flaws.CATALOG[flaw].upstream, caught=caught, property=prop.__name__,
+        flaw=flaw, upstream=entry.upstream, caught=caught, property=prop.__name__,
         examples=RECORDER.first_failure_at or RECORDER.examples,
         seconds=round(RECORDER.first_failure_seconds if RECORDER.first_failure_seconds is not None else total, 3),
         total_seconds=round(total, 3), counterexample=describe_example(example) if example else "",
@@ -76,8 +92,8 @@ def run_flaw(flaw: str, *, max_examples: int = 1000, seed: int | None = None, ta
 
 
 def run_zoo(names: list[str] | None = None, **kw: Any) -> list[ZooResult]:
-    """Every catalogued flaw (or ``names``), each from a cold start."""
-    return [run_flaw(n, **kw) for n in (names or list(flaws.CATALOG))]
+    """Every catalogued flaw of both engines (or ``names``), each from a cold start."""
+    return [run_flaw(n, **kw) for n in (names or all_flaws())]
 
 
 def describe_example(example: dict) -> str:
@@ -85,7 +101,13 @@ def describe_example(example: dict) -> str:
     parts = []
     for key, value in example.items():
         case = value
-        if hasattr(case, "vllm_config"):
+        if hasattr(case, "describe") and callable(case.describe):  # an SGLang config
+            parts.append(case.describe())
+        elif hasattr(case, "config") and hasattr(case.config, "describe"):  # an SGLang case
+            parts.append(case.config.describe())
+            extra = {k: v for k, v in vars(case).items() if k != "config"}
+            parts.append(", ".join(f"{k}={v!r}" for k, v in extra.items())[:160])
+        elif hasattr(case, "vllm_config"):
             c = case.vllm_config
             parts.append(f"B={c.block_size} L={c.max_model_len} M={c.max_num_batched_tokens}")
             if getattr(case, "source", None):

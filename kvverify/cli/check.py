@@ -363,6 +363,9 @@ def write_check_plot(result: Mapping[str, Any], path: str | Path) -> Path:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    if getattr(args, "engine", "vllm") == "sglang":
+        from kvverify.cli.sglang_check import cmd_sglang_check
+        return cmd_sglang_check(args)
     layout = load_layout(args.model, args.config_json)
     result = run_check(
         layout, max_model_len=args.max_model_len, block_size=args.block_size,
@@ -396,6 +399,8 @@ def add_check_parser(sub: Any, flaw_choices: list[str]) -> argparse.ArgumentPars
                        epilog="examples:\n  kvverify check --model llama-3.1-8b --kv-cache-memory-bytes 20GiB\n"
                               "  kvverify check --config-json config.json --max-model-len auto "
                               "--kv-cache-memory-bytes 8GiB --json")
+    c.add_argument("--engine", choices=("vllm", "sglang"), default="vllm",
+                   help="sglang: SGLang's startup and admission (kvverify/cli/sglang_check.py)")
     src = c.add_argument_group("model (one of)").add_mutually_exclusive_group(required=True)
     src.add_argument("--model", metavar="NAME", help="a catalog model (see `kvverify models`)")
     src.add_argument("--config-json", metavar="PATH", help="a Hugging Face config.json (or its directory)")

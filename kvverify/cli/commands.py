@@ -50,32 +50,39 @@ def _zoo_module() -> Any:
 
 def cmd_zoo(args: argparse.Namespace) -> int:
     from kvverify import flaws
+    from kvverify.sglang import flaws as sglang_flaws
 
+    engine = getattr(args, "engine", "all")
+    catalog = {**({} if engine == "sglang" else flaws.CATALOG), **({} if engine == "vllm" else sglang_flaws.CATALOG)}
     if args.list:
         if args.json:
-            print(json.dumps([dataclasses.asdict(f) for f in flaws.CATALOG.values()], indent=2))
+            print(json.dumps([dataclasses.asdict(f) for f in catalog.values()], indent=2))
             return EXIT_OK
         from rich.table import Table
         t = Table(title="kvverify bug zoo: the catalogued flaws", title_justify="left")
         for col in ("flaw", "upstream", "symptom", "caught by"):
             t.add_column(col, overflow="fold")
-        for f in flaws.CATALOG.values():
+        for f in catalog.values():
             t.add_row(f.name, f.upstream, f.symptom, f.property_name)
         make_console().print(t)
         return EXIT_OK
     if (args.record or args.markdown) and args.names:
         raise KVVerifyError("--record and --markdown run every flaw: name none")
     zoo = _zoo_module()
-    results = zoo.run_zoo(args.names or None)
-    if args.record or args.markdown:  # after the run: a module loaded before it would move its counts
-        from kvverify import zoo_record
+    if args.record or args.markdown:  # README's table is vLLM's zoo (SGLang's has its own section)
+        if engine == "sglang":
+            raise KVVerifyError("--record and --markdown write README's vLLM bug-zoo table: use --engine vllm or all")
+        results = zoo.run_zoo(list(flaws.CATALOG))
+        from kvverify import zoo_record  # after the run: a module loaded before it would move its counts
         data = zoo_record.record(results)
         if args.markdown:
             print(zoo_record.render(data))
         if args.record:
             path, readme = zoo_record.write(data, zoo_record.repo_root())
             make_console(stderr=True).print(f"wrote {path} and README.md's bug-zoo table ({readme})")
-    elif args.json:
+        return EXIT_OK if all(r.caught for r in results) else EXIT_FAIL
+    results = zoo.run_zoo(args.names or list(catalog))
+    if args.json:
         print(json.dumps([_zoo_json(r) for r in results], indent=2))
     else:
         make_console().print(zoo.zoo_table(results))
@@ -272,6 +279,8 @@ def add_zoo_parser(sub: Any, flaw_choices: list[str]) -> argparse.ArgumentParser
     z.add_argument("--markdown", action="store_true", help="print README's bug-zoo table (Markdown) of this run")
     z.add_argument("--record", action="store_true",
                    help="record this run in docs/zoo.json and regenerate README's bug-zoo table from it")
+    z.add_argument("--engine", choices=("all", "vllm", "sglang"), default="all",
+                   help="only this engine's zoo (vLLM's kvverify/flaws.py, SGLang's kvverify/sglang/flaws.py)")
     z.set_defaults(func=cmd_zoo)
     return z
 

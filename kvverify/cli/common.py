@@ -120,8 +120,10 @@ def make_console(stderr: bool = False):
 
 
 def flaw_names() -> list[str]:
+    """Both engines' flaws (vLLM's, then SGLang's ``sglang_*``)."""
     from kvverify import flaws
-    return list(flaws.CATALOG)
+    from kvverify.sglang import flaws as sglang_flaws
+    return list(flaws.CATALOG) + list(sglang_flaws.CATALOG)
 
 
 @contextlib.contextmanager

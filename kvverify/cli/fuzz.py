@@ -126,6 +126,27 @@ def discover_properties(suite: str | Path | None = "properties") -> list[FuzzPro
     return found
 
 
+def _engine(prop: FuzzProperty) -> str:
+    """The engine whose contract a property is stated over (SGLang's live in kvverify.sglang)."""
+    return "sglang" if prop.module.startswith("kvverify.sglang.") else "vllm"
+
+
+def _engine_targets(props: list[FuzzProperty], target: str) -> tuple[list[FuzzProperty], dict[str, Any]]:
+    """Keep the properties ``--target`` has a system for, and that system per engine:
+    ``reference`` runs both engines' references; ``vllm`` vLLM's; ``sglang`` SGLang's (with
+    the reference-vs-SGLang differential, which needs the installed SGLang)."""
+    from kvverify.targets import SGLANG_TARGET_FOR, engine_of, get_sglang_target, get_target
+    targets: dict[str, Any] = {}
+    if engine_of(target) == "vllm":
+        targets["vllm"] = get_target(target)
+    if target in SGLANG_TARGET_FOR:
+        targets["sglang"] = get_sglang_target(SGLANG_TARGET_FOR[target])
+    real_sglang = SGLANG_TARGET_FOR.get(target) == "sglang"
+    kept = [p for p in props if _engine(p) in targets
+            and (real_sglang or not p.module.startswith("kvverify.sglang.differential"))]
+    return kept, targets
+
+
 def _select(props: list[FuzzProperty], patterns: Sequence[str] | None, shard: str | None) -> list[FuzzProperty]:
     if patterns:
         props = [p for p in props if any(pat in p.name or pat in p.module for pat in patterns)]
@@ -292,7 +313,7 @@ def _run_fuzz(seconds: float, profile: str, flaw_names: Sequence[str], seed: int
         for p in props:  # a known failure whose fixes are on must pass
             if p.xfail is not None and is_fixed(p.name, target):
                 p.xfail = None
-    tgt = get_target(target)
+    props, tgt = _engine_targets(props, target)  # each engine's properties get its own target
     console = console or make_console()
     written: list[str] = []
     start = time.monotonic()
@@ -380,7 +401,7 @@ def _fuzz_batch(prop: FuzzProperty, base: Any, remaining: float, pending: int, b
     test = rebuild(prop.obj, settings=s, seed=batch_seed)
     with reports.instrument([test]) as sink:
         try:
-            test(target=tgt)
+            test(target=tgt[_engine(prop)] if isinstance(tgt, dict) else tgt)
         except Unsatisfiable:
             pass  # no valid example in this small batch: try again next round
         except BaseException as exc:  # noqa: BLE001 - a failing property is the point

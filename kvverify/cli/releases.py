@@ -47,6 +47,9 @@ def add_releases_parser(sub: Any) -> None:
                         "without re-running the suite")
     r.add_argument("--list", action="store_true", help="list the discovered release venvs and exit")
     r.add_argument("--json", action="store_true", help="print the results as JSON")
+    r.add_argument("--engine", choices=("vllm", "sglang"), default="vllm",
+                   help="sglang: the SGLang properties on every /work/venvs/sglang-X.Y.Z (or "
+                        "$KVVERIFY_SGLANG_VENVS) -> docs/sglang-releases.md (kvverify/sglang/releases.py)")
     r.set_defaults(func=cmd_releases)
 
 
@@ -55,6 +58,15 @@ def repo_root() -> Path:
 
 
 def cmd_releases(args: argparse.Namespace) -> int:
+    if args.engine == "sglang":
+        from kvverify.sglang import releases as sglang_releases
+        sg_runs = sglang_releases.render_stored() if args.render_only else sglang_releases.main(args.release or None)
+        if args.json:
+            import dataclasses
+            print(json.dumps([dataclasses.asdict(r) for r in sg_runs], indent=2))
+        else:
+            print(sglang_releases.render_md(sg_runs))
+        return 0
     from kvverify.releases import runs, store  # here, not at parser build: they import the suite's machinery
     from kvverify.releases.publish import publish
 

@@ -254,11 +254,14 @@ def evaluate_on_ints(case: Case, values: Mapping[str, int]) -> tuple[bool, bool]
 
 @contextlib.contextmanager
 def switches(flaw: str | None, fix: str | None) -> Iterator[None]:
+    """``flaw`` / ``fix`` on, each in its engine's catalogue (vLLM's or SGLang's)."""
+    from kvverify.sglang import fixes as sglang_fixes
+    from kvverify.sglang import flaws as sglang_flaws
     with contextlib.ExitStack() as stack:
         if flaw is not None:
-            stack.enter_context(flaws.enabled(flaw))
+            stack.enter_context((sglang_flaws if flaw in sglang_flaws.CATALOG else flaws).enabled(flaw))
         if fix is not None:
-            stack.enter_context(fixes.enabled(fix))
+            stack.enter_context((sglang_fixes if fix in sglang_fixes.CATALOG else fixes).enabled(fix))
         yield
 
 
@@ -278,7 +281,8 @@ def prove(lemma: Lemma, flaw: str | None = None, fix: bool = False,
     t0 = time.perf_counter()
     try:
         with switches(flaw, fix_name):
-            active = sorted(flaws.active())  # includes flaws switched on globally (pytest --flaw)
+            from kvverify.sglang import flaws as sglang_flaws
+            active = sorted(flaws.active() | sglang_flaws.active())  # incl. pytest --flaw
             res.flaw = ",".join(active) or None
             for case in lemma.cases():
                 res.cases += 1

@@ -23,7 +23,7 @@ from hypothesis import is_hypothesis_test
 
 from kvverify import flaws
 from kvverify.hypothesis_hooks import is_genuine_failure
-from kvverify.reports.common import ReportError, active_fixes
+from kvverify.reports.common import ReportError, active_flaws, active_fixes
 
 
 class RecordingData:
@@ -212,7 +212,7 @@ def _recording_inner(fn: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
                 raise
             target_obj = kwargs.get("target")
             cap = Capture(function=fn, kwargs={k: v for k, v in call_kwargs.items() if k != "target"},
-                          exc=e, flaws=tuple(sorted(flaws.active())), fixes=tuple(sorted(active_fixes())),
+                          exc=e, flaws=tuple(sorted(active_flaws())), fixes=tuple(sorted(active_fixes())),
                           target_name=str(getattr(target_obj, "name", "reference")),
                           workloads=list(rec_target.workloads) if rec_target is not None else [],
                           runs=list(rec_target.runs) if rec_target is not None else [])

@@ -35,17 +35,29 @@ def reports_dir(default: str | os.PathLike[str] | None = None) -> Path:
 
 
 def active_fixes() -> frozenset[str]:
-    return fixes.active()
+    from kvverify.sglang import fixes as sglang_fixes
+    return fixes.active() | sglang_fixes.active()
+
+
+def active_flaws() -> frozenset[str]:
+    """Both engines' flaws on in this context."""
+    from kvverify.sglang import flaws as sglang_flaws
+    return flaws.active() | sglang_flaws.active()
 
 
 @contextlib.contextmanager
 def switched(flaw_names: Iterable[str] = (), fix_names: Iterable[str] = ()) -> Iterator[None]:
     """Exactly these flaws and fixes on (a clean context: nothing inherited)."""
+    from kvverify.sglang import fixes as sglang_fixes
+    from kvverify.sglang import flaws as sglang_flaws
     flaw_names, fix_names = tuple(flaw_names), tuple(fix_names)
     for n in fix_names:
-        if n not in fixes.CATALOG:
-            raise ReportError(f"unknown fix {n!r}; known: {', '.join(fixes.CATALOG)}")
-    with flaws.only(*flaw_names), fixes.only(*fix_names):
+        if n not in fixes.CATALOG and n not in sglang_fixes.CATALOG:
+            raise ReportError(f"unknown fix {n!r}; known: {', '.join([*fixes.CATALOG, *sglang_fixes.CATALOG])}")
+    with flaws.only(*[n for n in flaw_names if n not in sglang_flaws.CATALOG]), \
+            sglang_flaws.only(*[n for n in flaw_names if n in sglang_flaws.CATALOG]), \
+            fixes.only(*[n for n in fix_names if n not in sglang_fixes.CATALOG]), \
+            sglang_fixes.only(*[n for n in fix_names if n in sglang_fixes.CATALOG]):
         yield
 
 

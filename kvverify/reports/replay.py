@@ -138,12 +138,13 @@ def replay_report(report: Mapping[str, Any], *, target: str | None = None,
     from hypothesis import strategies as st
     from hypothesis.errors import UnsatisfiedAssumption
 
-    from kvverify.targets import get_target
+    from kvverify.targets import target_by_report_name
 
     fn = resolve_property(report.get("property_ref") or {})
     # the arguments Hypothesis supplies: the body's parameters but the target (a fixture)
     given_kwargs = [p for p in inspect.signature(fn.hypothesis.inner_test).parameters if p != "target"]
-    tgt = get_target(target or report.get("target") or "reference")
+    tgt = target_by_report_name(target or report.get("target") or "reference",
+                                property_module=fn.__module__)
     expected = (report.get("violation") or {}).get("name")
     with switched(use_flaws, use_fixes):
         example_kwargs = {k: decode(v) for k, v in (report.get("example") or {}).items()}

@@ -6,6 +6,8 @@ target under :func:`kvverify.flaws.enabled`; ``vllm`` adapts an installed vLLM r
 
 from __future__ import annotations
 
+from typing import Any
+
 from kvverify.errors import ConfigError
 from kvverify.targets.base import (
     BlockSizesTarget,
@@ -20,6 +22,45 @@ from kvverify.targets.base import (
 )
 
 
+#: target name -> the engine whose contract it offers (vLLM's :class:`Target`, or SGLang's
+#: :class:`~kvverify.targets.sglang_contract.SglangTarget`)
+TARGET_ENGINES: dict[str, str] = {"reference": "vllm", "vllm": "vllm",
+                                  "sglang-reference": "sglang", "sglang": "sglang"}
+#: ``--target NAME`` -> the SGLang target the SGLang properties run on (the default
+#: ``reference`` run covers both engines' references; ``vllm`` has none)
+SGLANG_TARGET_FOR: dict[str, str] = {"reference": "sglang-reference", "sglang-reference": "sglang-reference",
+                                     "sglang": "sglang"}
+
+
+def engine_of(name: str) -> str:
+    """The engine a target name belongs to (a clear error for an unknown name)."""
+    if name not in TARGET_ENGINES:
+        raise ConfigError("target", name, f"unknown target; allowed: {', '.join(TARGET_ENGINES)}")
+    return TARGET_ENGINES[name]
+
+
+def get_sglang_target(name: str):  # -> SglangTarget (imported lazily: the contract imports kvverify.sglang)
+    """An SGLang target by name: ``sglang-reference`` or ``sglang`` (the installed SGLang)."""
+    if name == "sglang-reference":
+        from kvverify.targets.sglang_reference import SglangReferenceTarget
+        return SglangReferenceTarget()
+    if name == "sglang":
+        from kvverify.targets.sglang import SglangTarget
+        return SglangTarget()
+    raise ConfigError("target", name, "unknown SGLang target; allowed: sglang-reference, sglang")
+
+
+def target_by_report_name(name: str, *, property_module: str = "") -> Any:
+    """The target a counterexample report recorded (``reference``, ``vllm``, ``sglang-reference``,
+    ``sglang-X.Y.Z`` for the installed SGLang). An SGLang property recorded under
+    ``reference`` runs on the SGLang reference."""
+    if name.startswith("sglang-") and name != "sglang-reference":
+        name = "sglang"
+    if property_module.startswith("kvverify.sglang.") and name in SGLANG_TARGET_FOR:
+        return get_sglang_target(SGLANG_TARGET_FOR[name])
+    return get_target(name)
+
+
 def get_target(name: str) -> Target:
     """Look a target up by name; unknown names are a clear error."""
     if name == "reference":
@@ -28,8 +69,10 @@ def get_target(name: str) -> Target:
     if name == "vllm":
         from kvverify.targets.vllm import VllmTarget
         return VllmTarget()
-    raise ConfigError("target", name, "unknown target; allowed: reference, vllm")
+    raise ConfigError("target", name, "unknown target; allowed: reference, vllm "
+                      "(SGLang targets: get_sglang_target)")
 
 
 __all__ = ["BlockSizesTarget", "Capability", "KVCacheManagerLike", "PlannerTarget", "RuntimeTarget",
-           "SchedulerLike", "SchedulerTarget", "Target", "TargetUnsupported", "get_target"]
+           "SchedulerLike", "SchedulerTarget", "SGLANG_TARGET_FOR", "TARGET_ENGINES", "Target", "TargetUnsupported",
+           "engine_of", "get_sglang_target", "get_target", "target_by_report_name"]
