@@ -2,7 +2,9 @@
 
 ``pytest properties/ --flaw null_block_not_reserved`` runs every property on the
 reference with that bug-zoo flaw switched on (properties are then expected to fail);
-``--target vllm`` runs them against the installed vLLM release (0.19.1 … 0.33.0) through its adapter.
+``--target vllm`` runs them against the installed vLLM release (any supported one:
+:mod:`kvverify.targets.vllm.support`) through its adapter; ``--target`` takes any name of
+:data:`kvverify.targets.TARGETS`.
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kvverify")
     group.addoption("--flaw", action="append", default=[], metavar="NAME",
                     help="switch a bug-zoo flaw on for the whole run (repeatable); see `kvverify zoo --list`")
+    from kvverify.targets import TARGETS
     group.addoption("--target", default=os.environ.get("KVVERIFY_TARGET", "reference"),
-                    help="system under test: reference (default) or vllm")
+                    help=f"system under test: {' or '.join(TARGETS)} (default: reference)")
     group.addoption("--fix", action="append", default=[], metavar="NAME",
                     help="switch a finding's proposed fix on (repeatable; kvverify/fixes.py): the reference "
                          "runs with the fix option, --target vllm with the finding's patch applied "
