@@ -2,7 +2,9 @@
 
 ``pytest properties/ --flaw null_block_not_reserved`` runs every property on the
 reference with that bug-zoo flaw switched on (properties are then expected to fail);
-``--target vllm`` runs them against the installed vLLM release (0.19.1 … 0.33.0) through its adapter.
+``--target vllm`` runs them against the installed vLLM release (any supported one:
+:mod:`kvverify.targets.vllm.support`) through its adapter; ``--target`` takes any name of
+:data:`kvverify.targets.TARGETS`.
 """
 
 from __future__ import annotations
@@ -40,9 +42,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kvverify")
     group.addoption("--flaw", action="append", default=[], metavar="NAME",
                     help="switch a bug-zoo flaw on for the whole run (repeatable); see `kvverify zoo --list`")
+    from kvverify.targets import TARGET_ENGINES
     group.addoption("--target", default=os.environ.get("KVVERIFY_TARGET", "reference"),
-                    help="system under test: reference (default: vLLM's and SGLang's references), vllm, "
-                         "sglang-reference or sglang")
+                    help=f"system under test: {' or '.join(TARGET_ENGINES)} (default: reference, which "
+                         "runs vLLM's and SGLang's references)")
     group.addoption("--fix", action="append", default=[], metavar="NAME",
                     help="switch a finding's proposed fix on (repeatable; kvverify/fixes.py): the reference "
                          "runs with the fix option, --target vllm with the finding's patch applied "

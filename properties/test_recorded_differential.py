@@ -28,7 +28,6 @@ import pytest
 
 from kvverify import flaws, golden
 from kvverify.errors import KVVerifyError
-from kvverify.reference.block_sizes import resolve_cache_hit_alignment_tokens
 from kvverify.reference.config import VllmConfig
 from kvverify.reference.driver import WorkloadSpec
 from kvverify.reference.planner import StartupPlan
@@ -118,9 +117,8 @@ def observe_block_sizes(target: Any, case: BlockSizeCase) -> dict[str, Any]:
     if out["block_sizes"][0] == "ok":
         scheduler, hash_size = out["block_sizes"][1]
         out["coordinator_accepts"] = target.coordinator_accepts(cfg, vc, scheduler, hash_size) is None
-        align = getattr(target, "resolve_cache_hit_alignment_tokens", None)
         out["cache_hit_alignment_tokens"] = outcome(
-            lambda: (align or resolve_cache_hit_alignment_tokens)(cfg, vc, scheduler, hash_size))
+            lambda: target.resolve_cache_hit_alignment_tokens(cfg, vc, scheduler, hash_size))
     return out
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install an upstream vLLM release (default: the pin, 0.33.0), CPU-only, into its
+# Install an upstream vLLM release (default: the pin, kvverify/targets/vllm/support.py), CPU-only, into its
 # OWN virtual environment, together with kvverify itself (editable), for
 # kvverify's `vllm` target.
 #
@@ -44,7 +44,9 @@
 # needs no network. --force rebuilds it from scratch.
 set -euo pipefail
 
-readonly PINNED_VERSION="0.33.0"
+PINNED_VERSION="$("${KVVERIFY_PYTHON:-python3}" "$(dirname "${BASH_SOURCE[0]}")/../kvverify/targets/vllm/support.py" pin)" \
+  || { echo "[install-vllm-target] cannot read the pin from kvverify/targets/vllm/support.py" >&2; exit 2; }
+readonly PINNED_VERSION   # the release the reference mirrors, written once in support.py
 readonly SCRIPT_REV="1"   # bump to invalidate existing venvs' stamps
 readonly TAG="[install-vllm-target]"
 

@@ -323,8 +323,11 @@ def test_check_or_known_absorbs_only_the_absorbed_flaw(attribution_mode, tmp_pat
     flaw explains passes; one it does not explain still fails (the mechanism can fail)."""
     from kvverify.props.known import check_or_known
 
-    class Fake:
+    class Fake:  # a target without the fix options, as vLLM
         name = "fake"
+
+        def lacks(self, feature: object) -> str:
+            return "the fake target has no fix options"
 
     def check(t) -> list[Violation]:
         if getattr(t, "name", None) == "fake" or flaws.is_on("null_block_not_reserved"):
@@ -545,8 +548,11 @@ def test_pairs_explain_a_failure_no_single_flaw_explains(monkeypatch: pytest.Mon
 def test_absorbed_flaws_absorb_a_failure_they_explain_together(attribution_mode) -> None:
     from kvverify.props.known import check_or_known
 
-    class Fake:
+    class Fake:  # a target without the fix options, as vLLM
         name = "fake"
+
+        def lacks(self, feature: object) -> str:
+            return "the fake target has no fix options"
 
     def check(t) -> list[Violation]:
         both = {"null_block_not_reserved", "mamba_align_zero_chunk"} <= flaws.active()

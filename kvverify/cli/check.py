@@ -430,7 +430,8 @@ def add_check_parser(sub: Any, flaw_choices: list[str]) -> argparse.ArgumentPars
     c.add_argument("--flaw", action="append", choices=flaw_choices, metavar="NAME",
                    help="run on the reference with a bug-zoo flaw on: what the historical engine did "
                         "(see `kvverify zoo --list`)")
-    c.add_argument("--target", choices=("reference", "vllm"), default="reference",
+    from kvverify.targets import TARGETS
+    c.add_argument("--target", choices=tuple(TARGETS), default="reference",
                    help="system under test: the reference (default) or the installed, pinned vLLM "
                         "(its planner, reported concurrency and scheduler)")
     c.add_argument("--fix", action="append", metavar="NAME",

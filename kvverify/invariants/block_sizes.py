@@ -7,7 +7,7 @@ invalid ``prefix_match_unit`` is a clear error, never an assertion at start.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kvverify.hypothesis_hooks import is_genuine_failure
 from kvverify.reference.block_sizes import BlockSizeError, resolve_kv_cache_block_sizes, validate_coordinator_block_sizes
@@ -16,9 +16,12 @@ from kvverify.invariants.base import Violation
 from kvverify.reference.ops import gcd, lcm
 from kvverify.reference.planner import KVCacheConfig
 
+if TYPE_CHECKING:
+    from kvverify.targets.base import BlockSizesTarget
+
 
 def check_block_sizes(kv_cache_config: KVCacheConfig, vllm_config: VllmConfig,
-                      target: Any = None) -> list[Violation]:
+                      target: BlockSizesTarget | None = None) -> list[Violation]:
     """G3 on ``target``'s own code (its ``resolve_block_sizes`` and ``coordinator_accepts``;
     the reference's functions when ``target`` is ``None``)."""
     from kvverify.targets.base import TargetUnsupported

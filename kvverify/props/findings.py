@@ -69,15 +69,14 @@ def finding_of(name: str) -> str:
 
 
 def present_on(name: str, target: str | None = None) -> bool:
-    """Whether the finding behind known failure ``name`` exists in the run's target: always on
-    the reference (it mirrors the pinned release); on the vllm target, per the installed
-    release's capabilities (``kvverify/targets/vllm/compat.py``: ``FINDING_CAPABILITY``).
-    Where it does not, the strict xfail does not apply and the property must pass."""
-    if target != "vllm":
-        return True
+    """Whether the finding behind known failure ``name`` exists in the run's target (the
+    ``--target`` name; ``None``: the reference), as the target answers it
+    (``Target.expects_finding``): always on the reference (it mirrors the pinned release); on
+    the vllm target, per the installed release's capabilities
+    (``kvverify/targets/vllm/findings.py``: ``FINDING_CAPABILITY``). Where it does not, the
+    strict xfail does not apply and the property must pass."""
     from kvverify.targets import get_target
-    expects = getattr(get_target("vllm"), "expects_finding", None)
-    return True if expects is None else bool(expects(finding_of(name)))
+    return get_target(target or "reference").expects_finding(finding_of(name))
 
 
 def xfail_mark(name: str) -> pytest.MarkDecorator:

@@ -213,7 +213,7 @@ def _recording_inner(fn: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
             target_obj = kwargs.get("target")
             cap = Capture(function=fn, kwargs={k: v for k, v in call_kwargs.items() if k != "target"},
                           exc=e, flaws=tuple(sorted(active_flaws())), fixes=tuple(sorted(active_fixes())),
-                          target_name=str(getattr(target_obj, "name", "reference")),
+                          target_name=target_obj.name if target_obj is not None else "reference",
                           workloads=list(rec_target.workloads) if rec_target is not None else [],
                           runs=list(rec_target.runs) if rec_target is not None else [])
             for sink in _SINKS:

@@ -26,9 +26,12 @@ import hashlib
 import math
 from dataclasses import dataclass
 from html import escape
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from kvverify.reference.steptrace import RuleTrace, StepTrace
+
+if TYPE_CHECKING:
+    from kvverify.targets.base import SchedulerTarget
 
 WIDTH = 960
 LEFT, RIGHT = 64, 196  # plot margins: the right one holds the line labels
@@ -452,7 +455,7 @@ def render_overview(reports: Iterable[Mapping[str, Any]]) -> str:
 _NOT_REPLAYED = ("scheduler", "on_step", "recorder", "keep_trace")
 
 
-def record_run(target: Any, plan: Any, workload: Sequence[Any], **kw: Any) -> tuple[StepTrace, Any]:
+def record_run(target: SchedulerTarget, plan: Any, workload: Sequence[Any], **kw: Any) -> tuple[StepTrace, Any]:
     """Run ``workload`` on ``target`` with a :class:`~kvverify.reference.steptrace.StepRecorder`.
 
     Returns the trace and the :class:`WorkloadResult` (``None`` when the run raised; the
@@ -461,14 +464,10 @@ def record_run(target: Any, plan: Any, workload: Sequence[Any], **kw: Any) -> tu
     from kvverify.reference.steptrace import StepRecorder
 
     rec = StepRecorder()
-    make = getattr(target, "scheduler", None)
-    sched = make(plan) if callable(make) else None
+    sched = target.scheduler(plan)
     try:
-        result = target.run_workload(plan, workload, recorder=rec,
-                                     **({"scheduler": sched} if sched is not None else {}), **kw)
+        result = target.run_workload(plan, workload, recorder=rec, scheduler=sched, **kw)
     except Exception as exc:  # noqa: BLE001 - the picture shows how far the run got
-        if sched is None:
-            raise
         steps = rec.rows[-1].step if rec.rows else 0
         return rec.finish(sched, steps=steps, stall_reason=None,
                           error=f"{type(exc).__name__}: {exc}"[:300]), None

@@ -1,25 +1,35 @@
 """Systems under test. Properties talk to a :class:`Target`, not to a module.
 
 ``reference`` is the default; the reference with a bug-zoo flaw switched on is the same
-target under :func:`kvverify.flaws.enabled`; ``vllm`` adapts an installed vLLM release (0.19.1 … 0.33.0; the pin is 0.33.0).
+target under :func:`kvverify.flaws.enabled`; ``vllm`` adapts an installed vLLM release (the
+supported range and the pin: :mod:`kvverify.targets.vllm.support`). ``docs/add-a-target.md``
+says how to add one.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from kvverify.errors import ConfigError
 from kvverify.targets.base import (
     BlockSizesTarget,
     Capability,
+    Feature,
     KVCacheManagerLike,
     PlannerTarget,
     RuntimeTarget,
     SchedulerLike,
     SchedulerTarget,
     Target,
+    TargetBase,
     TargetUnsupported,
+    has,
+    require,
 )
+
+if TYPE_CHECKING:
+    from kvverify.targets.sglang_contract import SglangTarget
 
 
 #: target name -> the engine whose contract it offers (vLLM's :class:`Target`, or SGLang's
@@ -39,7 +49,7 @@ def engine_of(name: str) -> str:
     return TARGET_ENGINES[name]
 
 
-def get_sglang_target(name: str):  # -> SglangTarget (imported lazily: the contract imports kvverify.sglang)
+def get_sglang_target(name: str) -> SglangTarget:  # imported lazily: the contract imports kvverify.sglang
     """An SGLang target by name: ``sglang-reference`` or ``sglang`` (the installed SGLang)."""
     if name == "sglang-reference":
         from kvverify.targets.sglang_reference import SglangReferenceTarget
@@ -61,18 +71,26 @@ def target_by_report_name(name: str, *, property_module: str = "") -> Any:
     return get_target(name)
 
 
+#: ``--target`` name -> where its class lives, ``module:Class`` (imported when the target is
+#: asked for: the vllm adapter's vLLM import happens only then). Adding a target is one entry
+#: here (``docs/add-a-target.md``).
+TARGETS: dict[str, str] = {
+    "reference": "kvverify.targets.reference:ReferenceTarget",
+    "vllm": "kvverify.targets.vllm:VllmTarget",
+}
+
+
 def get_target(name: str) -> Target:
-    """Look a target up by name; unknown names are a clear error."""
-    if name == "reference":
-        from kvverify.targets.reference import ReferenceTarget
-        return ReferenceTarget()
-    if name == "vllm":
-        from kvverify.targets.vllm import VllmTarget
-        return VllmTarget()
-    raise ConfigError("target", name, "unknown target; allowed: reference, vllm "
-                      "(SGLang targets: get_sglang_target)")
+    """A fresh target by its ``--target`` name (:data:`TARGETS`); unknown names are a clear error."""
+    where = TARGETS.get(name)
+    if where is None:
+        raise ConfigError("target", name, f"unknown target; allowed: {', '.join(TARGETS)}")
+    module, _, cls = where.partition(":")
+    target: Target = getattr(importlib.import_module(module), cls)()
+    return target
 
 
-__all__ = ["BlockSizesTarget", "Capability", "KVCacheManagerLike", "PlannerTarget", "RuntimeTarget",
-           "SchedulerLike", "SchedulerTarget", "SGLANG_TARGET_FOR", "TARGET_ENGINES", "Target", "TargetUnsupported",
-           "engine_of", "get_sglang_target", "get_target", "target_by_report_name"]
+__all__ = ["BlockSizesTarget", "Capability", "Feature", "KVCacheManagerLike", "PlannerTarget", "RuntimeTarget",
+           "SGLANG_TARGET_FOR", "SchedulerLike", "SchedulerTarget", "TARGETS", "TARGET_ENGINES", "Target",
+           "TargetBase", "TargetUnsupported", "engine_of", "get_sglang_target", "get_target", "has", "require",
+           "target_by_report_name"]

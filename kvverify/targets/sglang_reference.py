@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from kvverify.sglang.batch import ScheduleBatch
 from kvverify.sglang.config import SglangConfig
@@ -84,7 +85,7 @@ class SglangReferenceTarget:
             except RuntimeError as e:
                 raise TargetUnsupported(f"the batch does not fit the pool before the probed step: {e}") from None
         step = ScheduleBatch(reqs, allocator, tree, config.tokens_per_step)
-        out: dict = {"pool_tokens": allocator.num_pages * config.page_size}
+        out: dict[str, Any] = {"pool_tokens": allocator.num_pages * config.page_size}
         try:
             fits = step.check_decode_mem()
             out["fits_before"] = fits

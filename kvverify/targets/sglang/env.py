@@ -28,7 +28,7 @@ STUBS = Path(__file__).resolve().parents[3] / "stubs" / "sglang-cpu"
 LOCK = threading.RLock()
 _DEFAULT_ENV = {"HF_HUB_OFFLINE": "1", "DO_NOT_TRACK": "1", "SGLANG_DISABLE_REQUEST_LOGGING": "1"}
 _MODEL_DIR: str | None = None
-_PUBLISHED: tuple | None = None
+_PUBLISHED: tuple[Any, ...] | None = None
 _MODEL_CONFIGS: dict[int, Any] = {}
 
 
