@@ -15,10 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 #: circles known and being broken elsewhere, each with who breaks it (drop the entry then)
-KNOWN_CIRCLES: dict[frozenset[str], str] = {
-    frozenset({"kvverify.targets.upstream_knobs", "kvverify.targets.vllm.config"}):
-        "issue 24 part B moves upstream_knobs.py into targets/vllm/",
-}
+KNOWN_CIRCLES: dict[frozenset[str], str] = {}
 
 
 def import_graph() -> dict[str, set[str]]:
