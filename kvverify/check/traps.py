@@ -68,9 +68,9 @@ class Trap:
 def serve_default_max_num_seqs(gpu_memory_bytes: int | None) -> tuple[int, str]:
     """``vllm serve``'s ``max_num_seqs`` default (``get_batch_defaults``, OpenAI server context)."""
     if gpu_memory_bytes is not None and gpu_memory_bytes >= 70 * GIB:
-        return 1024, f"vllm serve's default on a {gpu_memory_bytes / GIB:.0f} GiB GPU that is not an A100"
+        return 1024, f"vllm serve's default on a GPU of {gpu_memory_bytes / GIB:.0f} GiB, not an A100"
     if gpu_memory_bytes is not None:
-        return 256, f"vllm serve's default on a {gpu_memory_bytes / GIB:.0f} GiB GPU"
+        return 256, f"vllm serve's default on a GPU of {gpu_memory_bytes / GIB:.0f} GiB"
     return 256, "vllm serve's default below 70 GiB; 1024 on H100/H200-class GPUs"
 
 

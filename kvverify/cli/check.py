@@ -106,8 +106,8 @@ the startup traps it predicts (each a table line, a JSON entry under "traps", an
   Mamba state slots vs max_num_seqs (#38270, #49064): with CUDA graphs, a model with Mamba
     layers refuses to start when max_num_seqs > num_blocks; unless given, max_num_seqs is
     vllm serve's default for the GPU (1024 from 70 GiB, else 256):
-      kvverify check --model jamba-v0.1 --max-model-len 262144 --gpu-memory-bytes 80GiB \\
-                     --non-kv-cache-memory-bytes 60GiB           # REFUSED: lower --max-num-seqs
+      kvverify check --model qwen3-next-80b-a3b --max-model-len 262144 --gpu-memory-bytes 80GiB \\
+                     --non-kv-cache-memory-bytes 65GiB     # REFUSED: 1024 > 690 blocks
   token budget with chunked prefill off (#55130): every prompt up to max_model_len must fit
     max_num_batched_tokens in one step; vLLM refuses at startup, or (turned off late, by the
     engine core) starts and lets longer prompts wait forever:
