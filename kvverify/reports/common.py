@@ -11,7 +11,7 @@ from typing import Any, Iterable, Iterator
 from kvverify import fixes, flaws
 from kvverify.errors import KVVerifyError
 
-SCHEMA = "kvverify.report/1"
+SCHEMA = "kvverify.report/2"  # kvverify.reports.schema: versions, migration
 REPORTS_ENV = "KVVERIFY_REPORTS_DIR"
 DEFAULT_DIR = "reports"
 INDEX_MD = "index.md"
