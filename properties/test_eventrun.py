@@ -15,11 +15,15 @@ Mamba ``none`` / ``align``, pools at the startup boundary) and generated splits 
 
 from __future__ import annotations
 
-from hypothesis import assume, event, settings
+from dataclasses import replace
+
+from hypothesis import assume, event, example, settings
 from hypothesis import strategies as st
 
 from kvverify.eventrun import Preempts, Unsupported, run_alone
 from kvverify.hypothesis_hooks import given
+from kvverify.reference.config import VllmConfig
+from kvverify.reference.specs import SlidingWindowSpec
 from kvverify.reference.workloads import full_length_request
 from kvverify.reports.timeline import render_timeline, TimelineRun
 from kvverify.steptrace import StepRecorder
@@ -31,21 +35,45 @@ _REFERENCE = ReferenceTarget()
 _DECLINES = ("more than", "needs more than", "clamped tail", "disagree on the blocks admission takes")
 
 
+def _peak(case: StartupCase, prompt: int, outputs: int) -> int:
+    """The most blocks the lone request holds at once, on a pool it cannot outgrow."""
+    cfg = case.vllm_config
+    groups = _REFERENCE.plan(replace(cfg, num_gpu_blocks_override=1), case.kv_cache_specs).groups
+    # more than a request alone can ever hold: every group's whole table, plus its spare blocks
+    room = sum(-(-(cfg.max_model_len + cfg.num_lookahead_tokens) // g.kv_cache_spec.block_size) + 8
+               for g in groups) + 8
+    plan = _REFERENCE.plan(replace(cfg, num_gpu_blocks_override=room), case.kv_cache_specs)
+    recorder = StepRecorder(max_rows=1 << 16)
+    _REFERENCE.run_workload(plan, [full_length_request(prompt + outputs, outputs)], keep_trace=False,
+                            recorder=recorder)
+    assert recorder.result is not None
+    return max((sum(r.held) for r in recorder.result.rows), default=0)
+
+
 @st.composite
 def lone_requests(draw) -> tuple[StartupCase, int, int]:
     """A plan (``startup_cases``, lookahead half the time) and a lone request's split:
-    prompt-heavy and decode-heavy first (the check's two), else any ``prompt + outputs <= L``."""
+    prompt-heavy and decode-heavy first (the check's two), else any ``prompt + outputs <= L``.
+    Half the time the pool is re-sized to the request's own peak ``+ {-1, 0, +1}`` usable blocks
+    (where a preemption starts, mid-stretch: the peak of a sliding window is reached every few
+    steps, not at the end)."""
     case = draw(st.one_of(startup_cases(allow_auto=False, max_len=400, workers=False),
                           startup_cases(allow_auto=False, max_len=400, workers=False, lookahead=True)))
     length = case.vllm_config.max_model_len
     assume(length >= 2)
     split = draw(st.sampled_from(("prompt-heavy", "decode-heavy", "any")))
     if split == "prompt-heavy":
-        return case, length - 1, 1
-    if split == "decode-heavy":
-        return case, 1, length - 1
-    prompt = draw(st.integers(1, length - 1))
-    outputs = draw(st.integers(1, max(1, length - prompt + 2)))
+        prompt, outputs = length - 1, 1
+    elif split == "decode-heavy":
+        prompt, outputs = 1, length - 1
+    else:
+        prompt = draw(st.integers(1, length - 1))
+        outputs = draw(st.integers(1, max(1, length - prompt + 2)))
+        assume(prompt + outputs <= length)
+    if draw(st.booleans()):
+        usable = max(1, _peak(case, prompt, outputs) + draw(st.sampled_from((-1, 0, 1))))
+        case = replace(case, vllm_config=replace(case.vllm_config, num_gpu_blocks_override=usable + 1),
+                       available_memory=None)
     return case, prompt, outputs
 
 
@@ -53,9 +81,7 @@ def check_event_run_equals_driver(case: StartupCase, prompt: int, outputs: int) 
     plan = _REFERENCE.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
     assume(plan.num_blocks >= 1)
     recorder = StepRecorder()
-    workload = full_length_request(prompt + outputs, outputs) if prompt + outputs <= plan.vllm_config.max_model_len \
-        else None
-    assume(workload is not None)
+    workload = full_length_request(prompt + outputs, outputs)
     real = _REFERENCE.run_workload(plan, [workload], keep_trace=False, recorder=recorder)
     assert recorder.result is not None
     try:
@@ -79,8 +105,17 @@ def check_event_run_equals_driver(case: StartupCase, prompt: int, outputs: int) 
         [TimelineRun("run", recorder.result, plan.blocks_needed_per_request)], title="t")
 
 
+#: a sliding window's blocks peak for half of each block period, and a stretch that ends in the
+#: low half hides the peak: SWA W=3, B=4, L=9, decode-heavy, one usable block (peak 2 at c=4)
+SWA_PEAK_MIDSTRETCH = (StartupCase(VllmConfig(block_size=4, max_model_len=9, num_gpu_blocks_override=2,
+                                              enable_prefix_caching=False),
+                                   ({"l0": SlidingWindowSpec(block_size=4, num_kv_heads=1, head_size=8,
+                                                             sliding_window=3)},), "override"), 1, 8)
+
+
 @settings(deadline=None)
 @given(run=lone_requests())
+@example(run=SWA_PEAK_MIDSTRETCH)
 def test_event_run_equals_the_driver(run: tuple[StartupCase, int, int]) -> None:
     """Wherever the event-based run accepts, it is the driver's run: result, trace, picture."""
     check_event_run_equals_driver(*run)
