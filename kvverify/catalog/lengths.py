@@ -68,6 +68,10 @@ CLASS_DEFAULT_MAX_POSITION_EMBEDDINGS = {
     "qwen3_next": 32768, "jamba": 262144, "llama4_text": 131072,
 }
 ATTENTION_FREE_MODEL_TYPES = ("mamba", "falcon_mamba", "mamba2")
+#: config classes that pre-fill ``rope_parameters`` with ``{"rope_type": "default"}`` and merge
+#: ``rope_scaling`` into it (transformers' ``Gemma3TextConfig``): a legacy ``type`` key then
+#: conflicts with that ``rope_type`` (upstream ``patch_legacy_rope_type`` raises)
+MERGED_DEFAULT_ROPE_MODEL_TYPES = ("gemma3_text",)
 ALLOW_LONG_ENV = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
 
 
@@ -190,6 +194,10 @@ def length_config(cfg: Mapping[str, Any], source: str = "config.json") -> Length
             rope = tuple(_rope(raw[k], f"{field}.{k}", source, max_pos, top_original)
                          for k in nested if raw[k] is not None)
         elif raw:
+            if model_type in MERGED_DEFAULT_ROPE_MODEL_TYPES and cfg.get("rope_scaling") is not None \
+                    and "rope_type" not in raw and raw.get("type") not in (None, "default"):
+                raise ConfigError(f"{field}.type", raw.get("type"), f"conflicts with the rope_type 'default' the "
+                                  f"{model_type} config class sets: give rope_type instead (in {source})")
             rope = (_rope(raw, field, source, max_pos, top_original),)
     original = None
     if top_original is not None:
@@ -234,7 +242,7 @@ def derive(lc: LengthConfig) -> DerivedLength:
 def verify(lc: LengthConfig, max_model_len: int | None, *, allow_long: bool | None = None) -> VerifiedLength:
     """``_get_and_verify_max_len(max_model_len)``: ``None`` or ``-1`` take the default."""
     d = derive(lc)
-    if max_model_len is not None and max_model_len != -1 and d.unbounded:
+    if max_model_len is not None and d.unbounded:  # upstream returns it as given, -1 included
         return VerifiedLength(max_model_len)
     if max_model_len is None or max_model_len == -1:
         warning = (f"the config states none of {', '.join(LENGTH_KEYS)}: vLLM assumes {DEFAULT_MAX_LEN}"

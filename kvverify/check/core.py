@@ -90,6 +90,10 @@ def run_check(layout: Any, *, max_model_len: int | str | None = None, block_size
     requested = max_model_len
     if max_model_len == "auto":
         verified = lengths.verify(lc, -1, allow_long=allow_long)
+        if verified.max_model_len == -1:
+            raise ConfigError("max_model_len", "auto", f"the config of {layout.name!r} states no maximum length "
+                              "(none of max_position_embeddings, n_positions, ...): vLLM keeps max_model_len -1 "
+                              "and has no length to auto-fit up to; pass --max-model-len N")
         length_kw: dict[str, Any] = {"max_model_len": -1, "max_position_embeddings": verified.max_model_len}
     else:
         verified = lengths.verify(lc, None if max_model_len is None else int(max_model_len), allow_long=allow_long)

@@ -79,10 +79,11 @@ def mamba_state_slots(num_blocks: int, max_num_seqs: int, *, has_mamba: bool, fu
     return full_cudagraphs and has_mamba and max_num_seqs > num_blocks
 
 
-def chunked_prefill_budget(max_model_len: int, max_num_batched_tokens: int, *, chunked_prefill: bool) -> bool:
-    """``SchedulerConfig.verify_max_model_len``'s first rule: refuses iff chunked prefill is off
-    and ``max_num_batched_tokens < max_model_len``."""
-    return not chunked_prefill and max_num_batched_tokens < max_model_len
+def chunked_prefill_budget(max_model_len: int, max_num_batched_tokens: int, *, chunked_prefill: bool,
+                           max_num_seqs: int = 1) -> bool:
+    """``SchedulerConfig.verify_max_model_len``'s budget rules: refuses iff chunked prefill is off
+    and ``max_num_batched_tokens < max_model_len``, or ``max_num_batched_tokens < max_num_seqs``."""
+    return (not chunked_prefill and max_num_batched_tokens < max_model_len) or max_num_batched_tokens < max_num_seqs
 
 
 def mm_encoder_budget(max_num_batched_tokens: int, largest_item: int, *, encoder_cache_size: int | None = None,
@@ -99,7 +100,7 @@ def predict(layout: Any, plan: Any, *, enable_chunked_prefill: bool = True, budg
             seqs_given: bool = True, gpu_memory_bytes: int | None = None, enforce_eager: bool = False) -> list[Trap]:
     """Every trap's prediction for this deployment (``*_given``: the user set the flag)."""
     return [_mamba(layout, plan, seqs_given, gpu_memory_bytes, enforce_eager),
-            _budget(layout, plan, enable_chunked_prefill, budget_given),
+            _budget(layout, plan, enable_chunked_prefill, budget_given, seqs_given),
             _encoder(layout, plan, budget_given)]
 
 
@@ -134,9 +135,15 @@ def _late_chunked_prefill_off(layout: Any, plan: Any) -> str | None:
     return None
 
 
-def _budget(layout: Any, plan: Any, chunked_prefill: bool, budget_given: bool) -> Trap:
+def _budget(layout: Any, plan: Any, chunked_prefill: bool, budget_given: bool, seqs_given: bool = False) -> Trap:
     cfg = plan.vllm_config
     length, budget = cfg.max_model_len, cfg.max_num_batched_tokens
+    if seqs_given and budget < cfg.max_num_seqs:
+        msg = (f"max_num_batched_tokens ({budget}) must be greater than or equal to max_num_seqs "
+               f"({cfg.max_num_seqs}).")
+        return Trap("token_budget", True, False, "before_kv_cache",
+                    f"max_num_batched_tokens {budget:,} < max_num_seqs {cfg.max_num_seqs:,}", msg,
+                    numbers={"max_num_batched_tokens": budget, "max_num_seqs": cfg.max_num_seqs})
     encoder_decoder = any(isinstance(_behaviour(g.kv_cache_spec), CrossAttentionSpec) for g in plan.groups)
     late = _late_chunked_prefill_off(layout, plan)
     early_off = not chunked_prefill or encoder_decoder
