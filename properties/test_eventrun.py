@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from kvverify.eventrun import Preempts, Unsupported, run_alone
 from kvverify.hypothesis_hooks import given
 from kvverify.reference.config import VllmConfig
-from kvverify.reference.specs import SlidingWindowSpec
+from kvverify.reference.specs import MambaSpec, SlidingWindowSpec
 from kvverify.reference.workloads import full_length_request
 from kvverify.reports.timeline import render_timeline, TimelineRun
 from kvverify.steptrace import StepRecorder
@@ -113,9 +113,18 @@ SWA_PEAK_MIDSTRETCH = (StartupCase(VllmConfig(block_size=4, max_model_len=9, num
                                                              sliding_window=3)},), "override"), 1, 8)
 
 
+#: Mamba align with a budget below the block: the chunk split's pattern repeats every block and
+#: the run skips the repeats (``_Run._jump_cycles``) until the last checkpoint
+MAMBA_ALIGN_CYCLES = (StartupCase(VllmConfig(block_size=16, max_model_len=200, max_num_batched_tokens=3,
+                                             num_gpu_blocks_override=40, mamba_cache_mode="align"),
+                                  ({"m0": MambaSpec(block_size=16, shapes=((1,),), dtypes=("float32",),
+                                                    mamba_cache_mode="align")},), "override"), 199, 1)
+
+
 @settings(deadline=None)
 @given(run=lone_requests())
 @example(run=SWA_PEAK_MIDSTRETCH)
+@example(run=MAMBA_ALIGN_CYCLES)
 def test_event_run_equals_the_driver(run: tuple[StartupCase, int, int]) -> None:
     """Wherever the event-based run accepts, it is the driver's run: result, trace, picture."""
     check_event_run_equals_driver(*run)

@@ -21,11 +21,12 @@ QUICK = settings(max_examples=300, derandomize=True, database=None, deadline=Non
 
 
 def caught() -> str:
-    from test_eventrun import SWA_PEAK_MIDSTRETCH, check_event_run_equals_driver, lone_requests
+    from test_eventrun import MAMBA_ALIGN_CYCLES, SWA_PEAK_MIDSTRETCH, check_event_run_equals_driver, lone_requests
 
     @QUICK
     @given(run=lone_requests())
     @example(run=SWA_PEAK_MIDSTRETCH)
+    @example(run=MAMBA_ALIGN_CYCLES)
     def prop(run) -> None:
         check_event_run_equals_driver(*run)
 
@@ -79,6 +80,22 @@ def test_catches_held_blocks_that_ignore_the_lookahead(monkeypatch) -> None:
 
     monkeypatch.setattr(runner, "group_model", no_lookahead)
     assert "differs" in caught() or "disagree" in caught() or "preemption" in caught()
+
+
+def test_catches_a_cycle_jump_past_the_last_checkpoint(monkeypatch) -> None:
+    """Skipping one repeat of the Mamba-align chunk pattern too many runs over the checkpoint
+    where the split ends a chunk early."""
+    original = runner._Run._jump_cycles
+
+    def overshoot(self, history, step, c, k, n, sched):
+        got = original(self, history, step, c, k, n, sched)
+        if got is None:
+            return None
+        (_, c0, _), (s1, c1, _) = history[0], history[-1]
+        return got[0] + (s1 - history[0][0]), got[1] + (c1 - c0)
+
+    monkeypatch.setattr(runner._Run, "_jump_cycles", overshoot)
+    assert "differs" in caught()
 
 
 def test_every_recycling_kind_has_a_shape() -> None:

@@ -99,7 +99,7 @@ def read_hf_config(config: str | Path | Mapping[str, Any], *, name: str | None =
     dtype = "bfloat16"
     if dtype_key is not None:
         raw = cfg[dtype_key]
-        norm = raw.lower().removeprefix("torch.") if isinstance(raw, str) else raw
+        norm = raw.lower().removeprefix("torch.") if isinstance(raw, str) else None
         if norm not in _HF_DTYPES:
             raise _err(dtype_key, raw, f"unsupported model dtype; allowed: {', '.join(sorted(_HF_DTYPES))}",
                        source)

@@ -54,8 +54,8 @@ def _outputs(args: argparse.Namespace) -> tuple[tuple[Path, str] | None, Path | 
             json_file, _ = check_output(args.json, what="--json", formats=JSON_FORMATS)
             if plot is not None and plot[0].resolve() == json_file.resolve():
                 raise UnsafeOutput(f"--json {args.json}: the same file as --plot")
-    except UnsafeOutput as e:
-        raise ConfigError("output", str(e.args[0]).split(":")[0], str(e)) from None
+    except UnsafeOutput:
+        raise  # a KVVerifyError: exit 2, its message names the flag and the path
     return plot, json_file
 
 

@@ -26,6 +26,7 @@ accepts gives the driver's result and the driver's timeline trace, row for row.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,8 +55,14 @@ class Preempts(Unsupported):
 
 
 class _BlindHashes(Sequence[bytes]):
-    """A fresh request's block hashes as a prefix lookup on an *empty* cache reads them: only
-    their number matters (every lookup misses), so none is computed."""
+    """A fresh request's block hashes as a prefix lookup on an *empty* cache reads them.
+
+    Every lookup misses on an empty cache, so the hashes only bound how far each manager's
+    scan goes before it finds nothing: full attention stops at its first block, Mamba and
+    the sliding window scan to the start and keep nothing, chunked local keeps the null
+    blocks of the chunks before the last (from ``max_length``, not from the hashes). The
+    probe therefore carries none — the lookup returns what it returns over all of them
+    (the driver, which hashes every block, is the check: ``properties/test_eventrun.py``)."""
 
     def __init__(self, n: int) -> None:
         self._n = n
@@ -109,8 +116,8 @@ def run_alone(vllm_config: Any, kv_cache_config: Any, num_prompt_tokens: int, ma
     run = _Run(models, usable, la, length, record, group_labels(kvm), num_blocks, vllm_config.max_num_seqs, budget)
 
     # step 1: the waiting pass admits (or refuses) the request on the empty pool
-    hashes = num_prompt_tokens // sched.hash_block_size if vllm_config.enable_prefix_caching else 0
-    probe = _Probe(request_id, num_prompt_tokens, hashes)
+    probe = _Probe(request_id, num_prompt_tokens, 0)
+    _refuse_a_huge_null_table(models, num_prompt_tokens)
     blocks, num_local, probe.shared_prefix_boundary = kvm.get_computed_blocks(probe)  # type: ignore[arg-type]
     k = min(num_prompt_tokens - num_local, budget)
     if sched.need_mamba_block_aligned_split:
@@ -136,6 +143,20 @@ def run_alone(vllm_config: Any, kv_cache_config: Any, num_prompt_tokens: int, ma
                     sched if sched.need_mamba_block_aligned_split else None, probe)
 
 
+#: the most null slots a chunked-local lookup may build on an empty pool before the run declines
+NULL_TABLE_LIMIT = 1 << 24
+
+
+def _refuse_a_huge_null_table(models: list[GroupModel], prompt: int) -> None:
+    """A chunked-local model without full attention takes every earlier chunk as a hit of null
+    blocks (upstream's lookup): a table of ``prompt / B`` slots, too big to build past a point."""
+    if any(g.kind == "chunked_local" for g in models) and not any(g.kind in ("full_attention", "mla")
+                                                               for g in models):
+        slots = prompt // min(g.block_size for g in models)
+        if slots > NULL_TABLE_LIMIT:
+            raise Unsupported(f"the prefix lookup would build a table of {slots:,} null blocks")
+
+
 class _Run:
     """The bookkeeping of one event-based run: the pool bound and the optional recorder."""
 
@@ -143,6 +164,13 @@ class _Run:
                  labels: tuple[str, ...], num_blocks: int, max_num_seqs: int, budget: int) -> None:
         self.models, self.usable, self.la, self.length = models, usable, lookahead, length
         self.budget = budget
+        #: the Mamba-align chunk pattern repeats with this period in computed tokens (the split's
+        #: block and every group's own period: then every step of a cycle holds no fewer blocks
+        #: than the same step one cycle earlier)
+        self.cycle_period = 1
+        for g in models:
+            for q in ((g.block_size if g.kind == "mamba" else 1), g.period or 1):
+                self.cycle_period = self.cycle_period * q // math.gcd(self.cycle_period, q)
         self.rec: CountRecorder | None = None
         self.sched: _Scheduler | None = None
         if record:
@@ -186,6 +214,7 @@ class _Run:
         """From step 1 (admitted: ``k`` tokens from ``c`` computed, ``held`` blocks) to the last step."""
         n, outputs, step, walked = prompt, 0, 1, 0
         length, budget = self.length, self.budget
+        history: list[tuple[int, int, int]] = []  # Mamba-align prefill steps: (step, computed, chunk)
         while True:
             # step `step` schedules `k` tokens from `c` (known to fit) and holds `held`
             c += k
@@ -208,14 +237,17 @@ class _Run:
                     c += partial * budget
                 k = min(n - c, budget, length - c - 1)
             elif outputs == 0:
-                # Mamba align: the scheduler's own chunk split, one step at a time
+                # Mamba align: the scheduler's own chunk split, step by step until its pattern repeats
                 walked += 1
                 if walked > PER_STEP_LIMIT:
                     raise Unsupported(f"more than {PER_STEP_LIMIT:,} Mamba-aligned prefill steps")
-                probe.num_computed_tokens, probe.num_tokens = c, n
-                k = split_sched._mamba_block_aligned_split(probe, min(n - c, budget, length - c - 1))  # type: ignore[arg-type,union-attr]
-                if k <= 0:
-                    raise Unsupported("a running request scheduled no tokens (the driver's stall)")
+                assert split_sched is not None
+                k = self._split(split_sched, probe, c, n)
+                jumped = self._jump_cycles(history, step + 1, c, k, n, split_sched)
+                if jumped:
+                    step, c = step + jumped[0], c + jumped[1]
+                    history.clear()
+                    k = self._split(split_sched, probe, c, n)
             else:
                 # decode: one token a step; every step but the last samples without finishing
                 left = min(length - n, max_tokens - outputs)
@@ -230,6 +262,54 @@ class _Run:
             step += 1
             self.check_fits(step, c, k, 1)
             held = held_at(self.models, c, k)
+
+    def _split(self, sched: Scheduler, probe: _Probe, c: int, n: int) -> int:
+        probe.num_computed_tokens, probe.num_tokens = c, n
+        k = sched._mamba_block_aligned_split(probe, min(n - c, self.budget, self.length - c - 1))  # type: ignore[arg-type]
+        if k <= 0:
+            raise Unsupported("a running request scheduled no tokens (the driver's stall)")
+        return k
+
+    def _jump_cycles(self, history: list[tuple[int, int, int]], step: int, c: int, k: int, n: int,
+                     sched: Scheduler) -> tuple[int, int] | None:
+        """Skip whole repeats of the Mamba-align chunk pattern far from the prompt's end.
+
+        ``step`` (from ``c``, chunk ``k``) is about to run. When an earlier step of this prefill
+        started at the same ``c mod cycle_period``, the steps since then repeat (the split reads
+        ``c`` only modulo its block, while the chunk ends before the last checkpoint); they are
+        recorded and checked (the last repeat holds the most: see ``cycle_period``) without being
+        walked. Returns ``(steps, tokens)`` skipped, or ``None``.
+        """
+        q = self.cycle_period
+        history.append((step, c, k))
+        phase = c % q
+        first = next((i for i, (_, c0, _) in enumerate(history[:-1]) if c0 % q == phase), None)
+        if first is None:
+            return None
+        cycle = history[first:-1]
+        steps, tokens = step - cycle[0][0], c - cycle[0][1]
+        checkpoint = max((n - 1) // sched.mamba_block_size * sched.mamba_block_size, 0)
+        room = checkpoint - self.budget - 1 - c  # every skipped chunk ends before the last checkpoint
+        room = min(room, self.length - self.budget - self.la - c)  # and its slots stay below max_model_len
+        repeats = room // tokens if tokens > 0 else 0
+        if repeats < 1:
+            return None
+        offsets = [(c0 - cycle[0][1], k0) for _, c0, k0 in cycle]
+        last = c + (repeats - 1) * tokens
+        peak = max(sum(g.held(last + dc, k0) for g in self.models) for dc, k0 in offsets)
+        if peak > self.usable:
+            raise Preempts(step, last, peak, self.usable)
+        if self.rec is not None and self.sched is not None:
+            models = self.models
+
+            def row_at(s: int) -> dict[str, Any]:
+                i, o = divmod(s - step, steps)
+                dc, k0 = offsets[o]
+                held = held_at(models, c + i * tokens + dc, k0)
+                return dict(scheduled=k0, running=1, waiting=0, held_now=held, free_now=self.usable - sum(held))
+
+            self.rec.stretch(self.sched, step, repeats * steps, row_at, last_of_run=False)
+        return repeats * steps, repeats * tokens
 
     def result(self, steps: int, *, finished: bool, stall: str | None, request_id: str,
                outputs: int) -> tuple[WorkloadResult, StepTrace | None]:
