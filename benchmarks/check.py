@@ -92,3 +92,46 @@ def tables(data: dict[str, Any]) -> list[Any]:
                         f"{runs.get('decode-heavy', {}).get('steps', 0):,}")
         out.append(cat)
     return out
+
+
+def markdown(data: dict[str, Any]) -> str:
+    """The tables docs/performance.md shows (``scripts/regen_docs.py``), from a committed run."""
+    lengths = sorted({r["max_model_len"] for r in data["growth"]})
+    head = "| model | " + " | ".join(f"L = 10^{len(str(n)) - 1}" for n in lengths) + " |"
+    lines = [head, "| --- |" + " ---: |" * len(lengths)]
+    for model in dict.fromkeys(r["model"] for r in data["growth"]):
+        cells = []
+        for n in lengths:
+            r = next(r for r in data["growth"] if r["model"] == model and r["max_model_len"] == n)
+            cells.append(f"{r['wall_s']:.2f} s, {r['peak_mb']:.0f} MB")
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    lines += ["", "| model (L = 10^7) | exit | wall s | peak MB | prompt-heavy steps | decode-heavy steps |",
+              "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in data["catalog"]:
+        runs = r.get("runs", {})
+        lines.append(f"| {r['model']} | {r['exit']} | {r['wall_s']:.2f} | {r['peak_mb']:.0f} | "
+                     f"{runs.get('prompt-heavy', {}).get('steps', 0):,} | {runs.get('decode-heavy', {}).get('steps', 0):,} |")
+    before = data.get("before_after")
+    if before:
+        lines += ["", "| llama-3.1-8b | block source | " + " | ".join(f"L = 10^{k}" for k in before["exponents"]) + " |",
+                  "| --- | --- |" + " ---: |" * len(before["exponents"])]
+        for row in before["rows"]:
+            cells = [("—" if c is None else f"{c['wall_s']:.1f} s, {c['peak_mb']:.0f} MB") for c in row["cells"]]
+            lines.append(f"| {row['tree']} | {row['source']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # python -m benchmarks.check: measure, print, write docs/check-benchmark.json
+    from pathlib import Path
+
+    from rich.console import Console
+
+    result = run()
+    doc = Path(__file__).resolve().parents[1] / "docs" / "check-benchmark.json"
+    old = json.loads(doc.read_text()) if doc.exists() else {}
+    if "before_after" in old:
+        result["before_after"] = old["before_after"]  # measured once against the tree before the event runs
+    result["machine"] = {"nproc": os.cpu_count(), "loadavg": [round(x, 2) for x in os.getloadavg()]}
+    doc.write_text(json.dumps(result, indent=1) + "\n")
+    for t in tables(result):
+        Console(width=160).print(t)

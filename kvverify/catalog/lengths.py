@@ -119,6 +119,8 @@ class DerivedLength:
     default: int
     assumed: bool = False  # no key and no class default: upstream's 2048 guess
     unbounded: bool = False  # no key: a length the user gives is taken as is
+    #: ``(rope_type, factor)`` of RoPE dicts whose factor upstream does not apply (YaRN, Llama 3...)
+    unscaled: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -224,6 +226,9 @@ def derive(lc: LengthConfig) -> DerivedLength:
     if unbounded:
         derived = DEFAULT_MAX_LEN
     factor = 1.0
+    unscaled = tuple((rp.rope_type, rp.factor) for rp in lc.rope
+                     if rp.factor is not None and rp.factor != 1 and (rp.rope_type in UNSCALED_ROPE_TYPES
+                                                                       or "gemma3" in lc.model_type))
     if lc.rope and "gemma3" not in lc.model_type:
         scaling: float | None = 1.0
         for rp in lc.rope:
@@ -236,7 +241,16 @@ def derive(lc: LengthConfig) -> DerivedLength:
                       else derived)
     else:
         default = int(derived)
-    return DerivedLength(derived, key, factor, default, assumed=assumed, unbounded=unbounded)
+    return DerivedLength(derived, key, factor, default, assumed=assumed, unbounded=unbounded, unscaled=unscaled)
+
+
+def unscaled_note(d: DerivedLength) -> str | None:
+    """Why a RoPE factor in the config did not raise the length (or ``None``)."""
+    if not d.unscaled:
+        return None
+    what = ", ".join(f"{t} factor {f:g}" for t, f in d.unscaled)
+    return (f"rope_scaling ({what}) does not raise the derived length: vLLM 0.33.0 takes "
+            f"{d.key or 'the stated length'} as already scaled for this RoPE type (Gemma 3: always)")
 
 
 def verify(lc: LengthConfig, max_model_len: int | None, *, allow_long: bool | None = None) -> VerifiedLength:

@@ -117,6 +117,8 @@ def run_check(layout: Any, *, max_model_len: int | str | None = None, block_size
     notes: list[str] = []
     if verified.warning:
         notes.append(verified.warning)
+    if lengths.unscaled_note(derived) and (verified.refusal or verified.warning or requested is None):
+        notes.append(str(lengths.unscaled_note(derived)))
     fix_names = list(fix_names)
     if fix_names and target == "vllm":  # the findings' patches, before vLLM is imported
         from kvverify.targets import overlay

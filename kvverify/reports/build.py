@@ -252,7 +252,7 @@ def report_key(report: Mapping[str, Any]) -> str:
     ident = {k: report.get(k) for k in ("kind", "property", "target", "flaws", "fixes", "example", "z3_model")}
     # where the property lives, not where it was run from (a file path depends on the cwd)
     ident["property_ref"] = {k: v for k, v in (report.get("property_ref") or {}).items()
-                             if k not in ("file", "abs_file")}
+                             if k not in ("file", "abs_file", "file_from_report")}
     v = report.get("violation") or {}
     ident["violation"] = {"name": v.get("name"), "reason": v.get("reason")}
     return hashlib.sha256(canonical_json(ident).encode()).hexdigest()[:10]
