@@ -34,3 +34,12 @@ def test_the_default_run_time_is_stated_once_and_the_same_everywhere() -> None:
     stated = {doc: pattern.findall((ROOT / doc).read_text()) for doc in ("README.md", "docs/cli.md")}
     values = {v for found in stated.values() for v in found}
     assert all(stated.values()) and len(values) == 1, stated
+
+
+def test_the_fuzz_replay_and_report_examples_show_one_report() -> None:
+    """docs/cli.md's fuzz run writes a report, which its replay and report examples then use: one id
+    (regenerate all three together: the fuzz command, then `kvverify replay` / `kvverify report`)."""
+    text = (ROOT / "docs" / "cli.md").read_text()
+    ids = set(re.findall(r"test_startup_check_passes_implies_servable-([0-9a-f]{10})", text.replace("\n", "")))
+    ids |= set(re.findall(r"able-([0-9a-f]{10})\.json", text))
+    assert len(ids) == 1, ids

@@ -155,12 +155,12 @@ def _budget(layout: Any, plan: Any, chunked_prefill: bool, budget_given: bool, s
                         f"chunked prefill off: vLLM raises max_num_batched_tokens to max_model_len ({length:,})",
                         numbers=numbers)
         refuses = chunked_prefill_budget(length, budget, chunked_prefill=False)
-        msg = (f"max_num_batched_tokens ({budget}) is smaller than max_model_len ({length}). This effectively "
-               "limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject longer "
-               "sequences. Please increase max_num_batched_tokens or decrease max_model_len.") if refuses else None
+        budget_msg = (f"max_num_batched_tokens ({budget}) is smaller than max_model_len ({length}). This effectively "
+                      "limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject longer "
+                      "sequences. Please increase max_num_batched_tokens or decrease max_model_len.") if refuses else None
         summary = (f"chunked prefill is off and max_num_batched_tokens {budget:,} < max_model_len {length:,}"
                    if refuses else f"chunked prefill off: max_num_batched_tokens {budget:,} >= max_model_len {length:,}")
-        return Trap("token_budget", True, not refuses, "before_kv_cache", summary, msg, numbers=numbers)
+        return Trap("token_budget", True, not refuses, "before_kv_cache", summary, budget_msg, numbers=numbers)
     if late is not None:
         hangs = budget < length
         summary = (f"{late} after checking the budget: a prompt of more than {budget:,} tokens (max_num_batched_"

@@ -57,7 +57,8 @@ def _functions() -> types.SimpleNamespace:
                                      base=conv.ModelArchConfigConvertorBase,
                                      verify=model._get_and_verify_max_len)
     except (ImportError, AttributeError) as e:
-        raise ReleaseLacks("the max_model_len derivation of vLLM 0.33.0 (model_arch_config_convertor, "
+        raise ReleaseLacks(str(getattr(upstream().vllm, "__version__", "?")),
+                           "lacks the max_model_len derivation of vLLM 0.33.0 (model_arch_config_convertor, "
                            f"_get_and_verify_max_len): {type(e).__name__}: {e}") from None
 
 

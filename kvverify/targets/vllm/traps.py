@@ -29,7 +29,8 @@ def _import(module: str, *names: str) -> types.SimpleNamespace:
         m = importlib.import_module(module)
         return types.SimpleNamespace(**{n: getattr(m, n) for n in names})
     except (ImportError, AttributeError) as e:
-        raise ReleaseLacks(f"{module} ({', '.join(names)}): {type(e).__name__}: {e}") from None
+        raise ReleaseLacks(str(getattr(upstream().vllm, "__version__", "?")),
+                           f"lacks {module} ({', '.join(names)}): {type(e).__name__}: {e}") from None
 
 
 def mamba_state_slots(kv_cache_config: Any, max_num_seqs: int, *, full_cudagraphs: bool = True) -> dict[str, Any]:
