@@ -27,7 +27,7 @@ from kvverify.reference.dtypes import DTYPE_BYTES
 _TOP_KEYS = ("$schema", "schema_version", "name", "hf_id", "source", "notes", "illustrative",
              "num_layers", "layers", "dtype", "num_kv_heads", "head_dim", "sliding_window",
              "attention_chunk_size", "kv_lora_rank", "qk_rope_head_dim", "mamba",
-             "max_position_embeddings", "hf_config", "multimodal")
+             "max_position_embeddings", "hf_config", "multimodal", "non_causal_attention")
 _MAMBA_KEYS = ("type", "d_inner", "d_state", "d_conv", "n_groups", "num_heads", "head_dim",
                "num_key_heads", "num_value_heads", "key_head_dim", "value_head_dim",
                "conv_kernel", "ssm_dtype")
@@ -142,6 +142,10 @@ def layout_from_dict(data: Mapping[str, Any], source: str | None = None) -> Mode
         fields["hf_config"] = json.dumps(data["hf_config"], sort_keys=True)
     if data.get("multimodal") is not None:
         fields["multimodal"] = _multimodal(data["multimodal"], source)
+    if data.get("non_causal_attention") is not None:
+        if not isinstance(data["non_causal_attention"], bool):
+            raise _err("non_causal_attention", data["non_causal_attention"], "must be true or false", source)
+        fields["non_causal_attention"] = data["non_causal_attention"]
     try:
         return ModelLayout(name=name, layer_kinds=layer_kinds, dtype=dtype, mamba=mamba,
                            illustrative=tuple(illustrative), **fields)

@@ -156,11 +156,15 @@ def read_hf_config(config: str | Path | Mapping[str, Any], *, name: str | None =
             kv_lora_rank=kv_lora_rank if "mla" in present else None,
             qk_rope_head_dim=qk_rope if "mla" in present else None,
             mamba=mamba, max_position_embeddings=max_pos, source=source, length_config=lengths, multimodal=multimodal,
+            non_causal_attention=model_type in _NON_CAUSAL_MODEL_TYPES,
             hf_id=cfg.get("_name_or_path") if isinstance(cfg.get("_name_or_path"), str) else None)
     except ConfigError as e:
         raise _reraise(e, source) from None
 
 
+#: model types whose attention vLLM 0.33.0 runs as prefix LM (``PrefillPrefixLMAttention``: a
+#: ``non_causal`` KV cache spec; ``vllm/model_executor/models/hrm_text.py``)
+_NON_CAUSAL_MODEL_TYPES = ("hrm_text",)
 #: model types whose image items vLLM's processor sizes from the config's ``mm_tokens_per_image``
 #: (Gemma 3 without pan-and-scan), and that attend to them bidirectionally (``MM_PREFIX_LM_MODELS``)
 _MM_TOKENS_PER_IMAGE_TYPES = {"gemma3": True, "paligemma": True}

@@ -198,6 +198,9 @@ class ModelLayout:
     hf_config: str | None = None
     #: encoder inputs of a multimodal model (``None``: text only, or not known)
     multimodal: MultimodalLayout | None = None
+    #: some attention layer runs non-causally (prefix LM: upstream tags its KV cache spec
+    #: ``non_causal``, and the engine core then turns chunked prefill off, late)
+    non_causal_attention: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
@@ -390,5 +393,7 @@ class ModelLayout:
             out["hf_config"] = json.loads(self.hf_config)
         if self.multimodal is not None:
             out["multimodal"] = self.multimodal.to_dict()
+        if self.non_causal_attention:
+            out["non_causal_attention"] = True
         return out
 
