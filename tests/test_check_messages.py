@@ -145,3 +145,21 @@ def test_the_help_examples_do_what_they_say(capsys, monkeypatch) -> None:
     for command, said in commands:
         code, out, _ = run(capsys, *shlex.split(command))
         assert code == 1 and "REFUSED" in out and (not said or said in out), (command, out[-400:])
+
+
+def test_a_run_the_event_model_declines_beyond_the_step_limit_is_undecided(capsys, monkeypatch) -> None:
+    """F2's chunked-local livelock: the lone request would preempt itself, the event-based run hands
+    it to the driver — which, past the step-by-step limit (lowered here), is not run: UNDECIDED, exit 1,
+    a note that says why, and the same in the JSON (``completed: null``)."""
+    import kvverify.check.runs as runs
+
+    args = ["--config-json", str(ROOT / "docs" / "timelines" / "f2-chunked-local-config.json"), "--block-size", "32",
+            "--max-model-len", "64", "--max-num-batched-tokens", "8", "--num-gpu-blocks-override", "2",
+            "--no-enable-prefix-caching"]
+    code, r = check_json(capsys, *args)
+    assert code == 1 and r["headline"] == "HANG" and r["servable_runs"][0]["how"] == "step by step"
+    monkeypatch.setattr(runs, "STEPWISE_MAX_TOKENS", 32)
+    code, r = check_json(capsys, *args)
+    assert code == 1 and r["headline"] == "UNDECIDED" and r["servable"] is None
+    assert r["servable_runs"][0]["completed"] is None and r["servable_runs"][0]["stall"] == "preempted_alone"
+    assert any("not simulated step by step" in n for n in r["notes"])

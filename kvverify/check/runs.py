@@ -40,7 +40,7 @@ SPLITS = ("prompt-heavy", "decode-heavy")
 class Runs:
     """What the runs found: per split a JSON-able record, the overall verdict, and notes."""
 
-    servable: bool
+    servable: bool | None  # None: a run was not simulated
     runs: tuple[dict[str, Any], ...]
     notes: tuple[str, ...]
 
@@ -59,9 +59,11 @@ def servability(tgt: Target, plan: StartupPlan, *, events: bool, record_trace: b
             break  # max_model_len 2: both splits are the same request
         run = _run_split(tgt, plan, label, length, outputs, events, record_trace, notes)
         runs.append(run)
-        if not run["completed"]:
-            break  # one failing split settles it
-    return Runs(all(r["completed"] for r in runs), tuple(runs), tuple(dict.fromkeys(notes)))
+        if run["completed"] is not True:
+            break  # one failing (or undecided) split settles it
+    outcomes = [r["completed"] for r in runs]
+    servable = False if False in outcomes else (None if None in outcomes else True)
+    return Runs(servable, tuple(runs), tuple(dict.fromkeys(notes)))
 
 
 def _run_split(tgt: Target, plan: StartupPlan, label: str, length: int, outputs: int, events: bool,
@@ -83,7 +85,7 @@ def _run_split(tgt: Target, plan: StartupPlan, label: str, length: int, outputs:
         notes.append(f"the {label} run was not simulated step by step: {why}; step-by-step runs go up to "
                      f"max_model_len {STEPWISE_MAX_TOKENS:,}")
         return {"split": label, "prompt_tokens": length - outputs, "output_tokens": outputs,
-                "completed": False, "steps": declined.step if declined is not None else 0,
+                "completed": None, "steps": declined.step if declined is not None else 0,
                 "stall": "preempted_alone" if declined is not None else "not_simulated", "error": None,
                 "running": 1 if declined is not None else 0, "waiting": 0,
                 "seconds": round(time.perf_counter() - t0, 3), "how": "not simulated"}
