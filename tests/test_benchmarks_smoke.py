@@ -28,7 +28,9 @@ def test_quick_benchmark_writes_valid_json(tmp_path: Path) -> None:
     assert data["quick"] is True and not data["errors"]
     assert data["machine"]["nproc"] >= 1 and data["machine"]["python"]
     sections = data["sections"]
-    assert set(sections) == {"runtime", "lemmas", "detect", "props"}
+    assert set(sections) == {"runtime", "lemmas", "detect", "props", "check"}
+    check = sections["check"]
+    assert check["growth"] and all(r["exit"] == 0 and r["peak_mb"] > 0 for r in check["growth"])
 
     detect = sections["detect"]
     assert [r["flaw"] for r in detect["rows"]] == list(flaws.CATALOG)

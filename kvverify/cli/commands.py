@@ -207,7 +207,7 @@ def cmd_default(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     r = run_check(catalog.load_model(DEFAULT_MODEL), kv_cache_memory_bytes=DEFAULT_MEMORY)
     print_check(r, console)
-    steps.append(("check", r["starts"] and r["servable"], r["verdict"].split(" (")[0],
+    steps.append(("check", r["exit_code"] == 0, r["verdict"].split(" (")[0],
                   time.perf_counter() - t0))
 
     console.rule("[bold]2/4 prove[/bold]: the Z3 boundary lemmas")

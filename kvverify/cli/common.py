@@ -21,8 +21,8 @@ _VLLM_LETTERS = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
 _SIZE_RE = re.compile(r"^\s*(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<unit>[A-Za-z]*)\s*$")
 
 
-def parse_bytes(text: str, field: str = "bytes") -> int:
-    """``20GiB``, ``512MiB``, ``1.5GiB``, ``20GB``, ``20G`` (vLLM style) or plain bytes -> int > 0."""
+def parse_bytes(text: str, field: str = "bytes", minimum: int = 1) -> int:
+    """``20GiB``, ``512MiB``, ``1.5GiB``, ``20GB``, ``20G`` (vLLM style) or plain bytes -> int >= ``minimum``."""
     m = _SIZE_RE.match(str(text))
     if not m:
         raise ConfigError(field, text, "must be a byte count, optionally with a unit: B, KiB, MiB, GiB, "
@@ -40,8 +40,9 @@ def parse_bytes(text: str, field: str = "bytes") -> int:
         raise ConfigError(field, text, f"unknown unit {unit!r}; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB "
                           "(e.g. 20GiB)")
     value = float(m.group("num")) * scale
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(field, text, "must be a positive number of bytes")
+    if not math.isfinite(value) or value < minimum or (minimum >= 1 and value <= 0):
+        raise ConfigError(field, text, "must be a positive number of bytes" if minimum >= 1 else
+                          f"must be a number of bytes >= {minimum}")
     if value != int(value) and scale == 1:
         raise ConfigError(field, text, "must be a whole number of bytes")
     return int(round(value))
@@ -66,8 +67,8 @@ def arg_type(fn, field: str):
     return parse
 
 
-def bytes_arg(field: str):
-    return arg_type(lambda t: parse_bytes(t, field), field)
+def bytes_arg(field: str, minimum: int = 1):
+    return arg_type(lambda t: parse_bytes(t, field, minimum), field)
 
 
 def int_arg(field: str, minimum: int = 1):
@@ -90,8 +91,9 @@ def length_arg(text: str) -> int | str:
     except ValueError:
         raise argparse.ArgumentTypeError(f"max_model_len={text!r} is invalid: must be an integer or 'auto'") \
             from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"max_model_len={value} is invalid: must be >= 1 (or 'auto')")
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"max_model_len={value} is invalid: must be >= 2, a request needs one "
+                                         "prompt token and one output token (or 'auto')")
     return value
 
 

@@ -523,6 +523,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
             mark = "  [xfail: known finding]" if p.xfail is not None else ""
             print(f"{p.name}  ({p.kind}, {p.module}){mark}")
         return EXIT_OK
+    if not (args.seconds > 0 and args.seconds < float("inf")):  # NaN and -1 too
+        raise ConfigError("seconds", args.seconds, "must be a positive number of seconds")
     console = make_console(stderr=args.json)
     # --json: stdout is the JSON alone (Hypothesis prints its reproduction hints there)
     quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()

@@ -5,14 +5,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from kvverify import fixes, flaws
 from kvverify.errors import KVVerifyError
 
-SCHEMA = "kvverify.report/1"
+SCHEMA = "kvverify.report/2"  # kvverify.reports.schema: versions, migration
 REPORTS_ENV = "KVVERIFY_REPORTS_DIR"
 DEFAULT_DIR = "reports"
 INDEX_MD = "index.md"
@@ -79,16 +78,12 @@ def display_path(path: Path) -> str:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temp file in the same directory + ``os.replace``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Write ``text`` to ``path`` atomically (temp file in the same directory + ``os.replace``),
+    with the umask's mode, never through a symlink or onto a non-regular file
+    (:func:`kvverify.safefiles.write_text`; refused as a :class:`ReportError`)."""
+    from kvverify.safefiles import UnsafeOutput, write_text
+
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        write_text(path, text, what="report file")
+    except UnsafeOutput as e:
+        raise ReportError(str(e)) from None
