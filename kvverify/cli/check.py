@@ -28,6 +28,7 @@ from kvverify.cli.common import (
     human_bytes,
     int_arg,
     length_arg,
+    load_layout,
     make_console,
 )
 from kvverify.errors import ConfigError, KVVerifyError
@@ -46,21 +47,6 @@ MAX_RUN_BLOCKS = 2_000_000
 FULL_DECODE_LIMIT = 262_144
 DECODE_CAP = 4_096
 SECONDS_PER_STEP = 20e-6
-
-
-def load_layout(model: str | None = None, config_json: str | None = None):
-    """A catalog model by name, or a Hugging Face ``config.json`` (file or directory)."""
-    from kvverify import catalog
-
-    if (model is None) == (config_json is None):
-        raise ConfigError("model", None, "give exactly one of --model NAME or --config-json PATH")
-    if model is not None:
-        return catalog.load_model(model)
-    path = Path(config_json)  # type: ignore[arg-type]
-    if not path.exists():
-        raise catalog.CatalogError(str(path), "no such file (expected a Hugging Face config.json, or a "
-                                   "directory holding one)")
-    return catalog.read_hf_config(path)
 
 
 def run_check(layout: Any, *, max_model_len: int | str | None = None, block_size: int = 16,
