@@ -52,12 +52,21 @@ def test_fuzz_gives_each_engine_its_own_target() -> None:
 
 
 def test_registry_names_each_targets_engine() -> None:
+    from kvverify.engines import ENGINES
     from kvverify.errors import ConfigError
-    from kvverify.targets import engine_of, get_sglang_target
+    from kvverify.targets import TARGETS, engine_of, get_sglang_target, get_target, reference_of, targets_for
     assert engine_of("vllm") == "vllm" and engine_of("sglang") == "sglang"
+    assert {e.engine for e in TARGETS.values()} == set(ENGINES)
+    assert all(sum(e.reference for e in TARGETS.values() if e.engine == eng) == 1 for eng in ENGINES)
     with pytest.raises(ConfigError):
         engine_of("tgi")
-    assert get_sglang_target("sglang-reference").engine == "sglang"
+    assert get_sglang_target(reference_of("sglang")).name == "sglang-reference"
+    assert targets_for("reference") == {"vllm": "reference", "sglang": "sglang-reference"}
+    assert targets_for("sglang") == {"sglang": "sglang"} and targets_for("vllm") == {"vllm": "vllm"}
+    with pytest.raises(ConfigError, match="offers SGLang's contract, not vLLM's"):
+        get_target("sglang-reference")
+    with pytest.raises(ConfigError, match="offers vLLM's contract, not SGLang's"):
+        get_sglang_target("reference")
 
 
 def test_sglang_patch_touches_sglang_only() -> None:

@@ -127,21 +127,20 @@ def discover_properties(suite: str | Path | None = "properties") -> list[FuzzPro
 
 
 def _engine(prop: FuzzProperty) -> str:
-    """The engine whose contract a property is stated over (SGLang's live in kvverify.sglang)."""
-    return "sglang" if prop.module.startswith("kvverify.sglang.") else "vllm"
+    """The engine whose contract a property is stated over (:func:`kvverify.engines.engine_of_property`)."""
+    from kvverify.engines import engine_of_property
+    return engine_of_property(prop.module).name
 
 
 def _engine_targets(props: list[FuzzProperty], target: str) -> tuple[list[FuzzProperty], dict[str, Any]]:
-    """Keep the properties ``--target`` has a system for, and that system per engine:
-    ``reference`` runs both engines' references; ``vllm`` vLLM's; ``sglang`` SGLang's (with
-    the reference-vs-SGLang differential, which needs the installed SGLang)."""
-    from kvverify.targets import SGLANG_TARGET_FOR, engine_of, get_sglang_target, get_target
-    targets: dict[str, Any] = {}
-    if engine_of(target) == "vllm":
-        targets["vllm"] = get_target(target)
-    if target in SGLANG_TARGET_FOR:
-        targets["sglang"] = get_sglang_target(SGLANG_TARGET_FOR[target])
-    real_sglang = SGLANG_TARGET_FOR.get(target) == "sglang"
+    """Keep the properties ``--target`` has a system for, and that system per engine
+    (:func:`kvverify.targets.targets_for`): ``reference`` runs every engine's reference;
+    ``vllm`` vLLM's; ``sglang`` SGLang's (with the reference-vs-SGLang differential, which
+    needs the installed SGLang)."""
+    from kvverify.targets import TARGETS, get_engine_target, targets_for
+    names = targets_for(target)
+    targets: dict[str, Any] = {engine: get_engine_target(name) for engine, name in names.items()}
+    real_sglang = "sglang" in names and not TARGETS[names["sglang"]].reference
     kept = [p for p in props if _engine(p) in targets
             and (real_sglang or not p.module.startswith("kvverify.sglang.differential"))]
     return kept, targets
