@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, Phase, settings
 from kvverify import engines
 from kvverify.hypothesis_hooks import rebuild
 from kvverify.props.recorder import RECORDER
+from kvverify.reference.driver import WorkloadSpec
 
 #: flaw -> the property that must catch it, read off each engine's :class:`kvverify.flaws.Flaw` s
 CATCHERS: dict[str, Callable[..., Any]] = {n: f.catching_property() for n, f in engines.flaw_catalog().items()}
@@ -106,9 +107,16 @@ def describe_example(example: dict) -> str:
                 parts.append(f"groups={[g.kv_cache_spec.block_size for g in case.kv_cache_config.kv_cache_groups]}")
         elif key == "data":
             continue
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(w, WorkloadSpec) for w in value):
+            parts.append(f"{key}: " + ", ".join(_request(w) for w in value)[:160])
         else:
             parts.append(f"{key}={value!r}"[:80])
     return "; ".join(parts)
+
+
+def _request(w: WorkloadSpec) -> str:
+    """``r0 17+1`` (prompt + output tokens), ``@3`` when it arrives after step 0."""
+    return f"{w.request_id} {len(w.prompt_token_ids)}+{w.max_tokens}" + (f"@{w.arrival_step}" if w.arrival_step else "")
 
 
 def zoo_table(results: list[ZooResult]):

@@ -86,7 +86,7 @@ def _resolves(name: str) -> bool:
 
 def test_every_name_the_howto_cites_exists() -> None:
     tests = "".join((ROOT / f).read_text() for f in ("tests/test_target_conformance.py",
-                                                     "tests/test_sglang_conformance.py",
+                                                     "tests/test_sglang_target_conformance.py",
                                                      "properties/test_sglang_conformance.py"))
     fixtures = (ROOT / "properties" / "conftest.py").read_text()
     unknown = []

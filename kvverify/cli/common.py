@@ -127,9 +127,16 @@ def flaw_names() -> list[str]:
 
 
 @contextlib.contextmanager
-def flaws_on(names: Sequence[str] | None) -> Iterator[None]:
-    """These flaws on, each in its engine's catalogue."""
+def flaws_on(names: Sequence[str] | None, engine: str | None = "vllm") -> Iterator[None]:
+    """These flaws on, each in its engine's catalogue. ``engine``: the one engine the command
+    runs (another engine's flaw would change nothing: a ``ConfigError`` naming it); ``None``:
+    any engine's (``kvverify fuzz`` runs both)."""
     from kvverify import engines
+    for name in names or ():
+        owner = engines.engine_of_flaw(name)
+        if engine is not None and owner.name != engine:
+            raise ConfigError("flaw", name, f"a {owner.title} flaw; this runs {engines.get(engine).title}'s "
+                              f"reference (its flaws: {', '.join(engines.get(engine).flaw_catalog)})")
     with engines.enabled(flaws=names or ()):
         yield
 

@@ -286,7 +286,7 @@ def _run_fuzz(seconds: float, profile: str, flaw_names: Sequence[str], seed: int
               coverage_json: str | Path | None) -> FuzzSummary:
     from hypothesis import settings as Settings
 
-    from kvverify import exampledb, fixes, profiles
+    from kvverify import engines, exampledb, profiles
     from kvverify.props.findings import is_fixed
     from kvverify.targets import get_target
 
@@ -308,7 +308,7 @@ def _run_fuzz(seconds: float, profile: str, flaw_names: Sequence[str], seed: int
         from kvverify.targets import overlay
         overlay.activate(fix_names)
     props = _select(discover_properties(suite), patterns, shard)
-    with fixes.enabled(*fix_names):
+    with engines.enabled(fixes=fix_names):  # each fix in its engine's catalogue
         for p in props:  # a known failure whose fixes are on must pass
             if p.xfail is not None and is_fixed(p.name, target):
                 p.xfail = None
@@ -333,7 +333,7 @@ def _run_fuzz(seconds: float, profile: str, flaw_names: Sequence[str], seed: int
         task = progress.add_task("", total=seconds, examples=0, failures=0)
         progress.start()
     try:
-        with flaws_on(flaw_names), fixes.enabled(*fix_names):
+        with flaws_on(flaw_names, engine=None), engines.enabled(fixes=fix_names):
             while time.monotonic() < deadline:
                 pending = [p for p in props if not p.done]
                 if not pending:

@@ -31,7 +31,7 @@ CATALOG: dict[str, Flaw] = {f.name: f for f in (
          defect='init_req_max_new_tokens clamps max_new_tokens to max_req_len - input_len - 1 only, not to the empty-pool budget that PrefillAdder charges',
          switched_in='kvverify/sglang/arith.py',
          caught_by=_P + 'test_sglang_validated_request_is_schedulable',
-         budget=Budget(examples=100, shrunk_len=16),
+         budget=Budget(examples=100, shrunk_len=16),  # measured: 3 (zoo), 3-38 over 10 seeds; C=8
          regression=_R + 'sglang_max_new_tokens_unclamped',
          not_in_recorded=_NOT_RECORDED),
     Flaw(name='sglang_decode_mem_counts_tokens', upstream='#4602, fixed by #4913',
@@ -39,7 +39,7 @@ CATALOG: dict[str, Flaw] = {f.name: f for f in (
          defect='check_decode_mem asks for one token per request instead of one page per request that starts a new page',
          switched_in='kvverify/sglang/arith.py',
          caught_by=_P + 'test_sglang_retraction_frees_enough',
-         budget=Budget(examples=400, shrunk_len=16),
+         budget=Budget(examples=400, shrunk_len=16),  # measured: 124, 21-140; C=6 (3 pages)
          regression=_R + 'sglang_decode_mem_counts_tokens',
          not_in_recorded=_NOT_RECORDED),
     Flaw(name='sglang_retract_counts_tokens', upstream='#9982 / #6731, fixed by #9989',
@@ -47,7 +47,7 @@ CATALOG: dict[str, Flaw] = {f.name: f for f in (
          defect="the retract loop's budget counts one token per kept request instead of the pages the next decode step allocates",
          switched_in='kvverify/sglang/arith.py',
          caught_by=_P + 'test_sglang_retraction_frees_enough',
-         budget=Budget(examples=400, shrunk_len=16),
+         budget=Budget(examples=600, shrunk_len=16),  # measured: 218, 24-375; C=6
          regression=_R + 'sglang_retract_counts_tokens',
          not_in_recorded=_NOT_RECORDED),
     Flaw(name='sglang_retract_ignores_multiplier', upstream='#14939',
@@ -55,7 +55,7 @@ CATALOG: dict[str, Flaw] = {f.name: f for f in (
          defect="the retract loop's budget reserves one token per request, ignoring the tokens-per-step multiplier (speculative draft tokens)",
          switched_in='kvverify/sglang/arith.py',
          caught_by=_P + 'test_sglang_retraction_frees_enough',
-         budget=Budget(examples=400, shrunk_len=16),
+         budget=Budget(examples=600, shrunk_len=16),  # measured: 237, 5-265; C=4
          regression=_R + 'sglang_retract_ignores_multiplier',
          not_in_recorded=_NOT_RECORDED),
     Flaw(name='sglang_retract_asserts_last_request', upstream='#14948',
@@ -63,7 +63,7 @@ CATALOG: dict[str, Flaw] = {f.name: f for f in (
          defect='retract_decode asserts when one request is left and it still does not fit',
          switched_in='kvverify/sglang/batch.py',
          caught_by=_P + 'test_sglang_retraction_terminates_with_reason',
-         budget=Budget(examples=50, shrunk_len=4, shrunk_blocks=2),
+         budget=Budget(examples=20, shrunk_len=4, shrunk_blocks=2),  # measured: 1 on every seed; C=1
          regression=_R + 'sglang_retract_asserts_last_request',
          no_lemma="retract_decode's control flow with one request left (an assertion instead of the abort), not a formula the lemmas prove",
          not_in_recorded=_NOT_RECORDED),
@@ -72,7 +72,7 @@ CATALOG: dict[str, Flaw] = {f.name: f for f in (
          defect='when the last request cannot fit, retract_decode raises instead of aborting it with a reason',
          switched_in='kvverify/sglang/batch.py',
          caught_by=_P + 'test_sglang_retraction_terminates_with_reason',
-         budget=Budget(examples=50, shrunk_len=4, shrunk_blocks=2),
+         budget=Budget(examples=20, shrunk_len=4, shrunk_blocks=2),  # measured: 1 on every seed; C=1
          regression=_R + 'sglang_retract_raises_last_request',
          no_lemma="retract_decode's control flow with one request left (a raise instead of the abort), not a formula the lemmas prove",
          not_in_recorded=_NOT_RECORDED),
@@ -81,7 +81,7 @@ CATALOG: dict[str, Flaw] = {f.name: f for f in (
          defect='pool sizing keeps a negative profiled token count instead of refusing to start',
          switched_in='kvverify/sglang/pool.py',
          caught_by=_P + 'test_sglang_pool_size_is_allocator_pool',
-         budget=Budget(examples=50, shrunk_len=16),
+         budget=Budget(examples=20, shrunk_len=16),  # measured: 1 on every seed; -7 bytes
          regression=_R + 'sglang_profiled_tokens_negative',
          no_lemma="the startup refusal of a pool of <= 0 tokens (MemoryPoolConfig's check) is control flow; sglang_page_rounding proves the page floor the faithful sizing applies",
          not_in_recorded=_NOT_RECORDED),

@@ -10,7 +10,7 @@ called with small valid inputs and what comes back is judged (types, and the fac
 faithful SGLang shares: a 1024-token pool is the allocator's, a negative budget is a startup
 error, a short request is admitted and one as long as the pool refused, two full pages at a
 page boundary retract the second request, one short request completes). Returns the problems
-found, one line each; ``[]``: it conforms (``tests/test_sglang_reference.py``,
+found, one line each; ``[]``: it conforms (``tests/test_sglang_target_conformance.py``,
 ``properties/test_sglang_conformance.py``).
 """
 
