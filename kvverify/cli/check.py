@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kvverify.check import PLOT_FORMATS, print_check, run_check, write_check_plot
-from kvverify.cli.common import Formatter, bytes_arg, fraction_arg, int_arg, length_arg, make_console
+from kvverify.cli.common import Formatter, bytes_arg, fraction_arg, int_arg, length_arg, load_layout, make_console
 from kvverify.errors import ConfigError
 
 __all__ = ["add_check_parser", "cmd_check", "load_layout", "run_check"]
@@ -23,21 +23,6 @@ __all__ = ["add_check_parser", "cmd_check", "load_layout", "run_check"]
 JSON_FORMATS = {".json": "JSON"}
 #: a multiple of this (FlashAttention / Triton / FlashInfer kernels on CUDA: ``MultipleOf(16)``)
 KERNEL_BLOCK_MULTIPLE = 16
-
-
-def load_layout(model: str | None = None, config_json: str | None = None) -> Any:
-    """A catalog model by name, or a Hugging Face ``config.json`` (file or directory)."""
-    from kvverify import catalog
-
-    if (model is None) == (config_json is None):
-        raise ConfigError("model", None, "give exactly one of --model NAME or --config-json PATH")
-    if model is not None:
-        return catalog.load_model(model)
-    path = Path(config_json)  # type: ignore[arg-type]
-    if not path.exists():
-        raise catalog.CatalogError(str(path), "no such file (expected a Hugging Face config.json, or a "
-                                   "directory holding one)")
-    return catalog.read_hf_config(path)
 
 
 def _outputs(args: argparse.Namespace) -> tuple[tuple[Path, str] | None, Path | None]:
@@ -180,7 +165,7 @@ def add_check_parser(sub: Any, flaw_choices: list[str]) -> argparse.ArgumentPars
                    help="run on the reference with a bug-zoo flaw on: what the historical engine did "
                         "(see `kvverify zoo --list`); runs go step by step (max_model_len <= 4,194,304)")
     from kvverify.targets import TARGETS
-    c.add_argument("--target", choices=tuple(TARGETS), default="reference",
+    c.add_argument("--target", choices=tuple(n for n, e in TARGETS.items() if e.engine == "vllm"), default="reference",
                    help="system under test: the reference (default) or the installed, pinned vLLM "
                         "(its planner, reported concurrency and scheduler, step by step)")
     c.add_argument("--fix", action="append", metavar="NAME",

@@ -1,4 +1,5 @@
-"""Shared pieces of the command line: byte sizes, argument types, consoles, exit codes."""
+"""Shared pieces of the command line: byte sizes, argument types, consoles, exit codes, the
+flaw switches, the model loader both engines' checks use."""
 
 from __future__ import annotations
 
@@ -122,17 +123,41 @@ def make_console(stderr: bool = False):
 
 
 def flaw_names() -> list[str]:
-    """Both engines' flaws (vLLM's, then SGLang's ``sglang_*``)."""
-    from kvverify import flaws
-    from kvverify.sglang import flaws as sglang_flaws
-    return list(flaws.CATALOG) + list(sglang_flaws.CATALOG)
+    """Every engine's flaws (vLLM's first; :mod:`kvverify.engines`)."""
+    from kvverify import engines
+    return list(engines.flaw_catalog())
 
 
 @contextlib.contextmanager
-def flaws_on(names: Sequence[str] | None) -> Iterator[None]:
-    from kvverify import flaws
-    with flaws.enabled(*(names or ())):
+def flaws_on(names: Sequence[str] | None, engine: str | None = "vllm") -> Iterator[None]:
+    """These flaws on, each in its engine's catalogue. ``engine``: the one engine the command
+    runs (another engine's flaw would change nothing: a ``ConfigError`` naming it); ``None``:
+    any engine's (``kvverify fuzz`` runs both)."""
+    from kvverify import engines
+    for name in names or ():
+        owner = engines.engine_of_flaw(name)
+        if engine is not None and owner.name != engine:
+            raise ConfigError("flaw", name, f"a {owner.title} flaw; this runs {engines.get(engine).title}'s "
+                              f"reference (its flaws: {', '.join(engines.get(engine).flaw_catalog)})")
+    with engines.enabled(flaws=names or ()):
         yield
+
+
+def load_layout(model: str | None = None, config_json: str | None = None) -> Any:
+    """A catalog model by name, or a Hugging Face ``config.json`` (file or directory)."""
+    from pathlib import Path
+
+    from kvverify import catalog
+
+    if (model is None) == (config_json is None):
+        raise ConfigError("model", None, "give exactly one of --model NAME or --config-json PATH")
+    if model is not None:
+        return catalog.load_model(model)
+    path = Path(config_json)  # type: ignore[arg-type]
+    if not path.exists():
+        raise catalog.CatalogError(str(path), "no such file (expected a Hugging Face config.json, or a "
+                                   "directory holding one)")
+    return catalog.read_hf_config(path)
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter):

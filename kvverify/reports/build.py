@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from kvverify import flaws
+from kvverify import engines
 from kvverify.reports.capture import Capture, RecordingData, ReplayData
 from kvverify.reports.common import (
     MAX_TRACE_ROWS,
@@ -142,8 +142,9 @@ def property_ref(fn: Any, *, name: str | None = None, file: str | None = None,
 
 def resembles(flaw_names: Iterable[str]) -> list[dict[str, str]]:
     out = []
+    catalog = engines.flaw_catalog()
     for name in flaw_names:
-        f = flaws.CATALOG.get(name)
+        f = catalog.get(name)
         if f is not None:
             out.append({"flaw": f.name, "upstream": f.upstream, "symptom": f.symptom,
                         "defect": f.defect, "caught_by": f.caught_by})

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from kvverify import fixes, flaws
+from kvverify import engines
 from kvverify.errors import KVVerifyError
 
 SCHEMA = "kvverify.report/2"  # kvverify.reports.schema: versions, migration
@@ -33,30 +33,18 @@ def reports_dir(default: str | os.PathLike[str] | None = None) -> Path:
     return Path(default) if default is not None else Path(DEFAULT_DIR)
 
 
-def active_fixes() -> frozenset[str]:
-    from kvverify.sglang import fixes as sglang_fixes
-    return fixes.active() | sglang_fixes.active()
-
-
-def active_flaws() -> frozenset[str]:
-    """Both engines' flaws on in this context."""
-    from kvverify.sglang import flaws as sglang_flaws
-    return flaws.active() | sglang_flaws.active()
+active_fixes = engines.active_fixes  #: every engine's fixes on in this context
+active_flaws = engines.active_flaws  #: every engine's flaws on in this context
 
 
 @contextlib.contextmanager
 def switched(flaw_names: Iterable[str] = (), fix_names: Iterable[str] = ()) -> Iterator[None]:
-    """Exactly these flaws and fixes on (a clean context: nothing inherited)."""
-    from kvverify.sglang import fixes as sglang_fixes
-    from kvverify.sglang import flaws as sglang_flaws
+    """Exactly these flaws and fixes on, each in its engine (a clean context: nothing inherited)."""
     flaw_names, fix_names = tuple(flaw_names), tuple(fix_names)
     for n in fix_names:
-        if n not in fixes.CATALOG and n not in sglang_fixes.CATALOG:
-            raise ReportError(f"unknown fix {n!r}; known: {', '.join([*fixes.CATALOG, *sglang_fixes.CATALOG])}")
-    with flaws.only(*[n for n in flaw_names if n not in sglang_flaws.CATALOG]), \
-            sglang_flaws.only(*[n for n in flaw_names if n in sglang_flaws.CATALOG]), \
-            fixes.only(*[n for n in fix_names if n not in sglang_fixes.CATALOG]), \
-            sglang_fixes.only(*[n for n in fix_names if n in sglang_fixes.CATALOG]):
+        if n not in engines.fix_names():
+            raise ReportError(f"unknown fix {n!r}; known: {', '.join(engines.fix_names())}")
+    with engines.only(flaws=flaw_names, fixes=fix_names):
         yield
 
 
