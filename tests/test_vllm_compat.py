@@ -13,6 +13,7 @@ import dataclasses
 import sys
 import types
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -583,3 +584,26 @@ def test_absorbing_a_combination_absorbs_its_parts() -> None:
             attribution.configure(absorb=["null_block_not_reserved + no_such_flaw"])
     finally:
         attribution.configure(name=before.name, absorb=before.absorb, log_path=before.log_path)
+
+
+def test_late_capabilities_name_what_the_release_lacks() -> None:
+    """The operator checks' late imports go through one reader: a lacking module or member
+    skips with the capability, the symbol and the release named."""
+    good = {module: types.SimpleNamespace(**{n.split(".")[0]: type(n, (), {}) for n in names})
+            for module, names in compat.LATE_CAPABILITIES["max_model_len_derivation"]}
+    ns = compat.late("max_model_len_derivation", "9.9.9", good.__getitem__)
+    assert ns._get_and_verify_max_len is good["vllm.config.model"]._get_and_verify_max_len
+
+    def no_convertor(module: str) -> Any:
+        if module.endswith("model_arch_config_convertor"):
+            raise ImportError(f"No module named {module!r}")
+        return good[module]
+
+    with pytest.raises(ReleaseLacks, match=r"vLLM 9\.9\.9 lacks max_model_len_derivation \(no module "
+                                           r"vllm\.transformers_utils\.model_arch_config_convertor"):
+        compat.late("max_model_len_derivation", "9.9.9", no_convertor)
+    bare_class = types.SimpleNamespace(CompilationConfig=type("CompilationConfig", (), {}),
+                                       CUDAGraphMode=object, CompilationMode=object, AttentionCGSupport=object)
+    with pytest.raises(ReleaseLacks, match=r"no vllm\.config\.compilation\.CompilationConfig"
+                                           r"\.resolve_cudagraph_mode_and_sizes"):
+        compat.late("cudagraph_resolution", "9.9.9", lambda module: bare_class)

@@ -8,10 +8,9 @@ under the given ``VLLM_ALLOW_LONG_MAX_MODEL_LEN``: the steps ``ModelConfig`` run
 tokenizer and weights a full ``ModelConfig`` would fetch. The length differential
 (``properties/test_differential_lengths.py``) compares it with :mod:`kvverify.catalog.lengths`.
 
-Capability probes (for :mod:`.compat` at merge): the modules ``vllm.transformers_utils.config``
-(``get_config``, ``get_hf_text_config``), ``vllm.transformers_utils.model_arch_config_convertor``
-(``MODEL_ARCH_CONFIG_CONVERTORS``, ``ModelArchConfigConvertorBase``) and ``vllm.config.model``
-(``_get_and_verify_max_len``); a release without them raises :class:`ReleaseLacks`.
+What it needs of the release is the late capability ``max_model_len_derivation``
+(:data:`.compat.LATE_CAPABILITIES`); a release without it raises
+:class:`~kvverify.targets.vllm.refusals.ReleaseLacks`.
 """
 
 from __future__ import annotations
@@ -24,8 +23,8 @@ import types
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from kvverify.targets.vllm import compat
 from kvverify.targets.vllm.env import LOCK, preserved_environ, upstream
-from kvverify.targets.vllm.refusals import ReleaseLacks
 
 ENV = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
 
@@ -44,22 +43,11 @@ def _allow_long(allow: bool) -> Iterator[None]:
 
 
 def _functions() -> types.SimpleNamespace:
-    upstream()  # the environment, the CPU platform, vLLM imported once
-    import importlib
-
-    try:
-        importlib.import_module("vllm.config")  # before transformers_utils.config (import order)
-        cfg = importlib.import_module("vllm.transformers_utils.config")
-        conv = importlib.import_module("vllm.transformers_utils.model_arch_config_convertor")
-        model = importlib.import_module("vllm.config.model")
-        return types.SimpleNamespace(get_config=cfg.get_config, get_hf_text_config=cfg.get_hf_text_config,
-                                     convertors=conv.MODEL_ARCH_CONFIG_CONVERTORS,
-                                     base=conv.ModelArchConfigConvertorBase,
-                                     verify=model._get_and_verify_max_len)
-    except (ImportError, AttributeError) as e:
-        raise ReleaseLacks(str(getattr(upstream().vllm, "__version__", "?")),
-                           "lacks the max_model_len derivation of vLLM 0.33.0 (model_arch_config_convertor, "
-                           f"_get_and_verify_max_len): {type(e).__name__}: {e}") from None
+    up = upstream()  # the environment, the CPU platform, vLLM imported once
+    ns = compat.late("max_model_len_derivation", str(getattr(up.vllm, "__version__", "?")))
+    return types.SimpleNamespace(get_config=ns.get_config, get_hf_text_config=ns.get_hf_text_config,
+                                 convertors=ns.MODEL_ARCH_CONFIG_CONVERTORS, base=ns.ModelArchConfigConvertorBase,
+                                 verify=ns._get_and_verify_max_len)
 
 
 def vllm_max_model_len(config: Mapping[str, Any], max_model_len: int | None, *,

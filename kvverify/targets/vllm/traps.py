@@ -5,45 +5,36 @@
 * :func:`token_budget`: ``SchedulerConfig(...)`` and its ``verify_max_model_len``;
 * :func:`encoder_budget`: ``compute_mm_encoder_budget`` over a scheduler config.
 
-Each returns ``{"refuses": bool, ...}`` with upstream's numbers or message. Capability probes
-(for :mod:`.compat` at merge): ``vllm.config.compilation`` (``CompilationConfig``, ``CUDAGraphMode``,
-``resolve_cudagraph_mode_and_sizes``), ``vllm.v1.attention.backend.AttentionCGSupport``,
-``vllm.v1.core.encoder_cache_manager.compute_mm_encoder_budget``; a release without them raises
-:class:`ReleaseLacks`.
+Each returns ``{"refuses": bool, ...}`` with upstream's numbers or message. What they need of
+the release are the late capabilities ``cudagraph_resolution`` and ``encoder_budget``
+(:data:`.compat.LATE_CAPABILITIES`); a release without one raises
+:class:`~kvverify.targets.vllm.refusals.ReleaseLacks`.
 """
 
 from __future__ import annotations
 
-import importlib
 import types
 from typing import Any
 
+from kvverify.targets.vllm import compat
 from kvverify.targets.vllm.env import LOCK, preserved_environ, upstream
-from kvverify.targets.vllm.refusals import ReleaseLacks
 from kvverify.targets.vllm.specs import Translator
 
 
-def _import(module: str, *names: str) -> types.SimpleNamespace:
-    upstream()
-    try:
-        m = importlib.import_module(module)
-        return types.SimpleNamespace(**{n: getattr(m, n) for n in names})
-    except (ImportError, AttributeError) as e:
-        raise ReleaseLacks(str(getattr(upstream().vllm, "__version__", "?")),
-                           f"lacks {module} ({', '.join(names)}): {type(e).__name__}: {e}") from None
+def _late(capability: str) -> types.SimpleNamespace:
+    return compat.late(capability, str(getattr(upstream().vllm, "__version__", "?")))
 
 
 def mamba_state_slots(kv_cache_config: Any, max_num_seqs: int, *, full_cudagraphs: bool = True) -> dict[str, Any]:
     """Does vLLM's CUDA-graph resolution refuse ``max_num_seqs`` over this KV cache config?"""
     up = upstream()
-    comp = _import("vllm.config.compilation", "CompilationConfig", "CUDAGraphMode", "CompilationMode")
-    cg = _import("vllm.v1.attention.backend", "AttentionCGSupport")
+    ns = _late("cudagraph_resolution")
     with LOCK, preserved_environ():
         config = Translator(up).kv_cache_config(kv_cache_config)
-        mode = comp.CUDAGraphMode.FULL_AND_PIECEWISE if full_cudagraphs else comp.CUDAGraphMode.PIECEWISE
-        cc = comp.CompilationConfig(cudagraph_mode=mode, mode=comp.CompilationMode.VLLM_COMPILE)
+        mode = ns.CUDAGraphMode.FULL_AND_PIECEWISE if full_cudagraphs else ns.CUDAGraphMode.PIECEWISE
+        cc = ns.CompilationConfig(cudagraph_mode=mode, mode=ns.CompilationMode.VLLM_COMPILE)
         try:
-            cc.resolve_cudagraph_mode_and_sizes(cg.AttentionCGSupport.ALWAYS, "kvverify", kv_cache_config=config,
+            cc.resolve_cudagraph_mode_and_sizes(ns.AttentionCGSupport.ALWAYS, "kvverify", kv_cache_config=config,
                                                 max_num_reqs=max_num_seqs)
         except ValueError as e:
             return {"refuses": True, "message": str(e)}
@@ -68,7 +59,7 @@ def token_budget(max_model_len: int, max_num_batched_tokens: int, max_num_seqs: 
 def encoder_budget(max_num_batched_tokens: int, largest_item: int, *, disable_chunked_mm_input: bool,
                    encoder_cache_size: int | None = None) -> dict[str, Any]:
     """``compute_mm_encoder_budget``'s ``(compute budget, cache size)``, or its refusal."""
-    fn = _import("vllm.v1.core.encoder_cache_manager", "compute_mm_encoder_budget").compute_mm_encoder_budget
+    fn = _late("encoder_budget").compute_mm_encoder_budget
     sc = types.SimpleNamespace(max_num_batched_tokens=max_num_batched_tokens,
                                max_num_encoder_input_tokens=max_num_batched_tokens,
                                encoder_cache_size=max_num_batched_tokens if encoder_cache_size is None
