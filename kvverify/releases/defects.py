@@ -43,6 +43,22 @@ class Defect:
         """The first later installed release on which the report's replay passes (exit 0)."""
         return next((v for v, rc in self.forward.items() if rc == 0), None)
 
+    def fixed_between(self, own_release: str) -> tuple[str, str] | None:
+        """``(A, B)``: upstream fixed it after A, the last installed release on which the report
+        still reproduces (exit 1; the release that failed, or a later one), and by B,
+        :attr:`fixed_in`. Releases that are not installed lie between them, so "fixed in B"
+        would claim more than the replays show (issue 27)."""
+        fixed = self.fixed_in
+        if fixed is None:
+            return None
+        last = own_release
+        for v, rc in self.forward.items():
+            if v == fixed:
+                break
+            if rc == 1:
+                last = v
+        return last, fixed
+
     @property
     def is_crash(self) -> bool:
         """An exception, not an invariant violation, that no zoo flaw explains."""

@@ -62,7 +62,7 @@ def _own_replay(d: Defect) -> str:
     return said + (f": {d.replay_status}" if d.replay_status and d.replay_status != "reproduced" else "")
 
 
-def _forward(d: Defect) -> str:
+def _forward(d: Defect, own_release: str) -> str:
     if not d.report:
         return "—"
     if d.is_crash:
@@ -73,8 +73,9 @@ def _forward(d: Defect) -> str:
     for v, rc in d.forward.items():
         status = d.forward_status.get(v, "")
         parts.append(f"{v}: {_SAID.get(rc, f'exit {rc}')}" + (f" ({status})" if rc == 0 and status else ""))
-    fixed = d.fixed_in
-    return ", ".join(parts) + (f" → **fixed in {fixed}**" if fixed else " → not fixed in the installed releases")
+    between = d.fixed_between(own_release)
+    return ", ".join(parts) + (f" → **fixed between {between[0]} and {between[1]}**" if between
+                               else " → not fixed in the installed releases")
 
 
 def render(results: Sequence[ReleaseResult], *, repo_root: Path, doc_path: Path, command: str = "kvverify releases",
@@ -154,7 +155,7 @@ def render(results: Sequence[ReleaseResult], *, repo_root: Path, doc_path: Path,
                 shown = name + (f" (also reproduced by: {', '.join(also)})" if also and name in dd.flaws else "")
                 L.append(f"| `{md(dd.test.split('::', 1)[-1])}` (pass {dd.found_in_pass}) | {md(shown)} | "
                          f"{md(dd.violation)} | `{md(dd.counterexample) or '—'}` | "
-                         f"{_link(dd.report, doc_dir, repo_root)} | {md(_own_replay(dd))} | {md(_forward(dd))} |")
+                         f"{_link(dd.report, doc_dir, repo_root)} | {md(_own_replay(dd))} | {md(_forward(dd, r.version))} |")
             L.append("")
         errors = [o for o in r.outcomes if o["status"] == "error"]
         for o in errors:
@@ -211,6 +212,7 @@ def summary(results: Sequence[ReleaseResult]) -> dict[str, Any]:
                           "report": d.report, "found_in_pass": d.found_in_pass,
                           "replay_on_release": d.replay_on_release, "replay_status": d.replay_status,
                           "forward": d.forward, "fixed_in": d.fixed_in,
+                          "fixed_between": list(fb) if (fb := d.fixed_between(r.version)) else None,
                           "no_report_reason": d.no_report_reason or None}
                          for lab, d in zip(resolved_labels(ds), ds)]})
     return {"schema": SUMMARY_SCHEMA, "releases": out}

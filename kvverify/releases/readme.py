@@ -30,8 +30,9 @@ def zoo_real_release_section(data: Mapping[str, Any]) -> str:
     L = ["**Caught in real releases** ([docs/releases.md](docs/releases.md), `kvverify releases`): the unmodified",
          "suite on each release's own code (CPU-only). A failure is named by replaying its report on the reference",
          "with each zoo flaw (then each pair) switched on; the report is replayed on the release (`kvverify replay`,",
-         "exit 1 = reproduced) and on the later installed releases until it passes (exit 0: the first release",
-         "that fixed it). Releases run: " + (", ".join(ran) or "none") + ".", "",
+         "exit 1 = reproduced) and on the later installed releases until it passes (exit 0): upstream fixed it",
+         "between the last release it reproduces on and that one. Releases run: " + (", ".join(ran) or "none") + ".",
+         "",
          "| flaw | caught when re-introduced | caught in real release |", "|---|---|---|"]
     for name in flaws.CATALOG:
         alone: dict[str, list[dict[str, Any]]] = {}
@@ -55,12 +56,13 @@ def zoo_real_release_section(data: Mapping[str, Any]) -> str:
             fails = [f for fs in alone.values() for f in fs]
             with_report = [f for f in fails if f.get("report")]
             own = sum(f.get("replay_on_release") == 1 for f in with_report)
-            fixed = sorted({f["fixed_in"] for f in with_report if f.get("fixed_in")}, key=version_key)
+            fixed = sorted({tuple(f["fixed_between"]) for f in with_report if f.get("fixed_between")},
+                           key=lambda ab: (version_key(ab[1]), version_key(ab[0])))
             forwarded = any(f.get("forward") for f in with_report)
             cell = ", ".join(alone) + f" ({len(fails)} failure{'s' * (len(fails) != 1)}"
             if with_report:
                 cell += (f"; replays: {own}/{len(with_report)} exit 1 on their release, "
-                         + (f"first pass (exit 0) on {' / '.join(fixed)}" if fixed else
+                         + ("fixed between " + " / ".join(f"{a} and {b}" for a, b in fixed) if fixed else
                             "no later installed release passes them" if forwarded else
                             "later releases not replayed yet"))
             cells.append(cell + ")")

@@ -67,6 +67,7 @@ from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
 from typing import Any
 
+from kvverify.targets.vllm import history
 from kvverify.targets.vllm.support import REFERENCE_RELEASE, SUPPORTED, SUPPORTED_MAX, SUPPORTED_MIN
 
 #: Modules the adapter may import; a missing one is ``None`` in :func:`detect`'s input.
@@ -106,14 +107,17 @@ def parse_version(version: str) -> tuple[int, ...] | None:
     return tuple(int(x) for x in m.groups()) if m else None
 
 
-def unsupported_release(version: str) -> str | None:
-    """Why ``version`` is outside the supported range (:mod:`.support`), or ``None``."""
+def outside_measured_range(version: str) -> str | None:
+    """A notice when ``version`` is not a release the adapter was measured on (:mod:`.support`):
+    a dev build, a release newer or older than the range, an unreadable version. Never a
+    refusal: capability detection (:func:`detect`, :mod:`.history`) decides whether the
+    adapter knows the release's API, and says what it lacks when it does not."""
     v = parse_version(version)
     if v is None:
-        return f"cannot read the vLLM version {version!r}; the vllm target supports {SUPPORTED}"
-    if v < SUPPORTED_MIN or v > SUPPORTED_MAX:
-        return (f"the vllm target supports vLLM {SUPPORTED}, found {version}: its KV-cache API "
-                f"has not been measured (add it to kvverify/targets/vllm/compat.py deliberately)")
+        return f"vLLM version {version!r} cannot be read; the API is judged by capability detection alone"
+    if v < SUPPORTED_MIN or v > SUPPORTED_MAX or not re.fullmatch(r"\d+\.\d+\.\d+(\.post\d+)?(\+\w+)?", version):
+        return (f"vLLM {version} is outside the measured releases ({SUPPORTED}): capability detection "
+                "decides (docs/bring-your-own-vllm.md)")
     return None
 
 
@@ -182,19 +186,22 @@ class _Release:
     def __init__(self, modules: Mapping[str, ModuleType | None]) -> None:
         self.modules = modules
         self.absent: set[str] = set()
+        self.present: set[str] = set()
+
+    def _seen(self, key: str, found: bool) -> bool:
+        (self.present if found else self.absent).add(key)
+        return found
 
     def module(self, name: str) -> ModuleType | None:
         mod = self.modules.get(name)
-        if mod is None:
-            self.absent.add(name)
+        self._seen(name, mod is not None)
         return mod
 
     def symbol(self, module: str, name: str) -> Any:
         """``module.name``, or ``None`` when the release has no such module or name."""
         mod = self.modules.get(module)
         value = getattr(mod, name, _MISSING) if mod is not None else _MISSING
-        if value is _MISSING or value is None:
-            self.absent.add(f"{module}.{name}")
+        if not self._seen(f"{module}.{name}", value is not _MISSING and value is not None):
             return None
         return value
 
@@ -202,17 +209,13 @@ class _Release:
         """``module.Class.name`` (a class attribute: method, property, field default), or ``None``."""
         cls = self.symbol(module, cls_name)
         value = getattr(cls, name, _MISSING) if cls is not None else _MISSING
-        if value is _MISSING:
-            self.absent.add(f"{module}.{cls_name}.{name}")
+        if not self._seen(f"{module}.{cls_name}.{name}", value is not _MISSING):
             return None
         return value
 
     def has_member(self, module: str, cls_name: str, name: str) -> bool:
         cls = self.symbol(module, cls_name)
-        found = cls is not None and hasattr(cls, name)
-        if not found:
-            self.absent.add(f"{module}.{cls_name}.{name}")
-        return found
+        return self._seen(f"{module}.{cls_name}.{name}", cls is not None and hasattr(cls, name))
 
     def has_property(self, module: str, cls_name: str, name: str) -> bool:
         return isinstance(self.member(module, cls_name, name), property)
@@ -220,10 +223,7 @@ class _Release:
     def sets(self, module: str, cls_name: str, name: str) -> bool:
         """Whether ``module.Class``'s own code names attribute ``name`` (an instance attribute)."""
         cls = self.symbol(module, cls_name)
-        found = isinstance(cls, type) and name in class_code_names(cls)
-        if not found:
-            self.absent.add(f"{module}.{cls_name}.{name}")
-        return found
+        return self._seen(f"{module}.{cls_name}.{name}", isinstance(cls, type) and name in class_code_names(cls))
 
     def spec_classes(self) -> Iterator[tuple[str, type]]:
         """The interface module's spec classes (``*Spec`` / ``*Specs``)."""
@@ -284,6 +284,8 @@ class Compat:
     open_params: frozenset[str] = frozenset()
     #: every symbol :func:`detect` looked for and the release lacks (see the module docstring)
     absent: frozenset[str] = frozenset()
+    #: every symbol :func:`detect` looked for and found (:mod:`.history` reads both)
+    present: frozenset[str] = frozenset()
 
     def has(self, where: str, name: str) -> bool:
         return where in self.open_params or name in self.params.get(where, frozenset())
@@ -326,15 +328,17 @@ def _pool_bytes(r: _Release, planner: str, has_config: Callable[[], bool]) -> st
 def detect(version: str, modules: Mapping[str, ModuleType | None]) -> Compat:
     """Read the capabilities off the imported modules (``None``: the release has no such module)."""
     r = _Release(modules)
+    if r.module(_IFACE) is None:
+        raise DriftError(f"vLLM {version}: no vllm.v1.kv_cache_interface: not a v1 engine (the vllm target "
+                         "needs vLLM's v1 engine and its KV-cache planner)")
     planning = "vllm.v1.core.kv_cache_planning"
     if r.symbol(planning, "get_kv_cache_configs") is not None:
         planner_module = planning
     elif r.symbol(_UTILS, "get_kv_cache_configs") is not None:
         planner_module = _UTILS
     else:
-        raise DriftError(f"vLLM {version}: no get_kv_cache_configs in kv_cache_planning or kv_cache_utils")
-    if r.module(_IFACE) is None:
-        raise DriftError(f"vLLM {version}: no vllm.v1.kv_cache_interface")
+        raise DriftError(f"vLLM {version}: no get_kv_cache_configs in kv_cache_planning or kv_cache_utils "
+                         "(a v1 engine without the KV-cache planner the adapter knows)")
     tensor_cls = r.symbol(_IFACE, "KVCacheTensor")
     tensor = params(tensor_cls) if tensor_cls is not None else frozenset()
     if {"layers", "layer_stride", "block_stride"} <= tensor:
@@ -349,7 +353,9 @@ def detect(version: str, modules: Mapping[str, ModuleType | None]) -> Compat:
         raise DriftError(f"vLLM {version}: no KVCacheManager")
     allocate = r.member(manager, "KVCacheManager", "allocate_slots")
     can_fit = r.member(manager, "KVCacheManager", "can_fit_full_sequence")
-    if "full_sequence_must_fit" in params(allocate):
+    # a parameter recorded as a symbol: it replaced can_fit_full_sequence (.history.REPLACED)
+    if allocate is not None and r._seen(f"{manager}.KVCacheManager.allocate_slots(full_sequence_must_fit)",
+                                        "full_sequence_must_fit" in params(allocate)):
         gate = "full_sequence_must_fit"
     elif can_fit is not None:
         gate = "can_fit_full_sequence"
@@ -393,7 +399,7 @@ def detect(version: str, modules: Mapping[str, ModuleType | None]) -> Compat:
     spec_classes = list(r.spec_classes())
     kv_cache_config = r.symbol(_IFACE, "KVCacheConfig")
     pool = "vllm.v1.core.block_pool"
-    return Compat(
+    caps = Compat(
         version=version,
         planner_module=planner_module,
         config_builder=r.module(_BUILDER) is not None,
@@ -429,7 +435,12 @@ def detect(version: str, modules: Mapping[str, ModuleType | None]) -> Compat:
         params=sigs,
         open_params=open_,
         absent=frozenset(r.absent),
+        present=frozenset(r.present),
     )
+    drift = history.unexplained_absences(caps.absent, caps.present)
+    if drift:
+        raise DriftError(history.drift_message(version, drift, caps.present))
+    return caps
 
 
 def _first(modules: Mapping[str, ModuleType | None], name: str, *where: str) -> Any:
@@ -526,4 +537,4 @@ def fit_kwargs(caps: Compat, where: str, kwargs: Mapping[str, Any],
 
 __all__ = ["Compat", "DriftError", "KnobMissing", "MODULES", "REFERENCE_RELEASE", "SUPPORTED", "SUPPORTED_MAX",
            "SUPPORTED_MIN", "accepts_any_keyword", "class_code_names", "constructor_fields", "detect", "fit_kwargs",
-           "params", "parse_version", "resolve_names", "unsupported_release"]
+           "outside_measured_range", "params", "parse_version", "resolve_names"]
