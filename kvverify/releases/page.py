@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kvverify.releases.defects import REPLAY_DIFFERENT, Defect, ReleaseResult, resolved_labels
+from kvverify.releases.defects import REPLAY_DIFFERENT, Defect, ReleaseResult, resolve, resolved_labels
 
 _CELL = {"passed": "pass", "failed": "**FAILS**", "error": "ERROR", "xfailed": "known finding", "skipped": "skip"}
 
@@ -213,6 +213,6 @@ def summary(results: Sequence[ReleaseResult]) -> dict[str, Any]:
                           "replay_on_release": d.replay_on_release, "replay_status": d.replay_status,
                           "forward": d.forward, "fixed_in": d.fixed_in,
                           "fixed_between": list(fb) if (fb := d.fixed_between(r.version)) else None,
-                          "no_report_reason": d.no_report_reason or None}
-                         for lab, d in zip(resolved_labels(ds), ds)]})
+                          "no_report_reason": d.no_report_reason or None, "alternatives": alt}
+                         for (lab, alt), d in zip(resolve(ds), ds)]})
     return {"schema": SUMMARY_SCHEMA, "releases": out}

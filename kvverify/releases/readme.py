@@ -45,6 +45,12 @@ def zoo_real_release_section(data: Mapping[str, Any]) -> str:
                     alone.setdefault(r["version"], []).append(f)
                     continue
                 if not any(name in parts(a) for a in alternatives):
+                    # named after another flaw, but this one explains it too (issue 27): say so
+                    also = [a for a in f.get("alternatives") or [] if name in parts(a)]
+                    if also:
+                        how = f"also consistent with a failure named `{lab}`" + (
+                            "" if also == [name] else f" (as {' or '.join(f'`{a}`' for a in also)})")
+                        shared[(r["version"], how)] = shared.get((r["version"], how), 0) + 1
                     continue
                 if len(alternatives) > 1:  # several explanations, this flaw in some
                     how = "ambiguous: " + " or ".join(f"`{a}`" for a in alternatives)
