@@ -187,6 +187,7 @@ elif [[ $FORCE -eq 0 && $UNLOCKED -eq 0 && -x "$VPY" && -f "$VENV/pyvenv.cfg" ]]
   # a venv that already holds exactly the lock (say, the unlocked install the lock was frozen
   # from, scripts/make-vllm-lock.sh): verified, not rebuilt
   log "$VENV already holds every pin of $(basename "$CONSTRAINTS") exactly: reusing it"
+  rm -rf "$VENV/.kvverify-unlocked-freeze.txt" "$VENV/.kvverify-unlocked"   # locked from now on
   echo "$LOCK_KEY" > "$LOCK_STAMP"
   LOCK_READY=1
 fi
