@@ -30,22 +30,24 @@ _MANAGER = "vllm.v1.core.kv_cache_manager.KVCacheManager"
 
 #: The layers, oldest first: (the first measured release that has them, their symbols).
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("0.19.1", frozenset({
+    ("0.14.1", frozenset({
         "vllm.config.CacheConfig", "vllm.config.SchedulerConfig", "vllm.config.VllmConfig",
         "vllm.v1.core.block_pool.BlockHashToBlockMap", "vllm.v1.core.block_pool.BlockHashToBlockMap._cache",
         "vllm.v1.core.block_pool.BlockPool",
         "vllm.v1.core.kv_cache_coordinator.KVCacheCoordinator",
         "vllm.v1.core.kv_cache_coordinator.KVCacheCoordinator.get_num_blocks_to_allocate",
         "vllm.v1.core.kv_cache_coordinator.get_kv_cache_coordinator",
-        _MANAGER, f"{_MANAGER}.allocate_slots", f"{_MANAGER}.can_fit_full_sequence",
+        _MANAGER, f"{_MANAGER}.allocate_slots",
         f"{_UTILS}._auto_fit_max_model_len", f"{_UTILS}._check_enough_kv_cache_memory",
-        f"{_UTILS}._project_kv_cache_groups_to_worker", f"{_UTILS}.check_enough_kv_cache_memory",
+        f"{_UTILS}.check_enough_kv_cache_memory",
         f"{_UTILS}.estimate_max_model_len", f"{_UTILS}.get_kv_cache_configs",
         "vllm.v1.core.sched.output.SchedulerOutput", "vllm.v1.core.sched.scheduler.Scheduler",
         _IFACE, f"{_IFACE}.ChunkedLocalAttentionSpec", f"{_IFACE}.KVCacheConfig", f"{_IFACE}.KVCacheSpec",
         f"{_IFACE}.KVCacheTensor", f"{_IFACE}.SlidingWindowSpec", f"{_IFACE}.UniformTypeKVCacheSpecs",
         "vllm.v1.outputs.ModelRunnerOutput", "vllm.v1.request.Request",
     })),
+    ("0.18.1", frozenset({f"{_UTILS}._project_kv_cache_groups_to_worker"})),
+    ("0.19.1", frozenset({f"{_MANAGER}.can_fit_full_sequence"})),
     ("0.20.0", frozenset({
         f"{_UTILS}.resolve_kv_cache_block_sizes",
         f"{_IFACE}.ChunkedLocalAttentionSpec.max_admission_blocks_per_request",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 
 #: Oldest and newest release the adapter supports (inclusive).
-SUPPORTED_MIN: tuple[int, int, int] = (0, 19, 1)
+SUPPORTED_MIN: tuple[int, int, int] = (0, 14, 1)
 SUPPORTED_MAX: tuple[int, int, int] = (0, 33, 0)
 #: The release the reference mirrors (the pin: the differential compares against it).
 REFERENCE_RELEASE = "0.33.0"
