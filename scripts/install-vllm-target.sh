@@ -3,7 +3,7 @@
 # OWN virtual environment, together with kvverify itself (editable), for
 # kvverify's `vllm` target.
 #
-#   scripts/install-vllm-target.sh [--force] [--version X.Y.Z] [VENV_DIR]
+#   scripts/install-vllm-target.sh [--force] [--version X.Y.Z] [--editable CHECKOUT] [VENV_DIR]
 #
 # --version X.Y.Z  the release. With a lock (constraints/vllm-X.Y.Z.txt; `ls constraints/`
 #                  lists them) it is installed exactly; without one it is installed
@@ -21,6 +21,11 @@
 # (a lock, installed with --no-deps: nothing is re-resolved). A lock may carry a
 # `# requires-python: >=A.B,<C.D` line (the release's Python bounds; default
 # >=3.11,<3.15).
+#
+# --editable CHECKOUT  a vLLM source checkout (yours: main, a branch) installed editable
+#                  (pip install -e --no-deps, VLLM_TARGET_DEVICE=empty: Python only) in place
+#                  of the release's wheel; everything else from the lock of --version
+#                  (default the pin). VENV_DIR defaults to <CHECKOUT>/.venv-kvverify.
 #
 # Unlocked (a release without a lock, e.g. --version 0.24.0): torch's CPU build (the
 # pin's torch), vllm --no-deps, then vLLM's own Requires-Dist minus the GPU stack
@@ -64,6 +69,7 @@ REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
 FORCE=0
 VENV_ARG=""
 VERSION_ARG=""
+EDITABLE_ARG=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --force) FORCE=1 ;;
@@ -72,6 +78,10 @@ while [[ $# -gt 0 ]]; do
       [[ $# -ge 2 ]] || { echo "$TAG --version needs a value (X.Y.Z)" >&2; exit 2; }
       VERSION_ARG="$2"; shift ;;
     --version=*) VERSION_ARG="${1#--version=}" ;;
+    --editable)
+      [[ $# -ge 2 ]] || { echo "$TAG --editable needs a vLLM checkout directory" >&2; exit 2; }
+      EDITABLE_ARG="$2"; shift ;;
+    --editable=*) EDITABLE_ARG="${1#--editable=}" ;;
     -*) echo "$TAG unknown option: $1" >&2; exit 2 ;;
     *)
       if [[ -n "$VENV_ARG" ]]; then echo "$TAG only one VENV_DIR may be given" >&2; exit 2; fi
@@ -99,7 +109,17 @@ if [[ ! -f "$CONSTRAINTS" ]]; then
   echo "$TAG !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
 fi
 readonly UNLOCKED
-if [[ "$VLLM_VERSION" == "$PINNED_VERSION" ]]; then
+EDITABLE=""
+if [[ -n "$EDITABLE_ARG" ]]; then
+  [[ -f "$EDITABLE_ARG/vllm/__init__.py" ]] \
+    || { echo "$TAG --editable: $EDITABLE_ARG is not a vLLM checkout (no vllm/__init__.py)" >&2; exit 2; }
+  [[ $UNLOCKED -eq 0 ]] || { echo "$TAG --editable needs a lock for its dependencies (--version X.Y.Z with a lock)" >&2; exit 2; }
+  EDITABLE="$(cd "$EDITABLE_ARG" && pwd)"
+fi
+readonly EDITABLE
+if [[ -n "$EDITABLE" ]]; then
+  DEFAULT_VENV="$EDITABLE/.venv-kvverify"
+elif [[ "$VLLM_VERSION" == "$PINNED_VERSION" ]]; then
   DEFAULT_VENV="${KVVERIFY_VLLM_VENV:-$REPO_ROOT/.venv-vllm}"
 else
   DEFAULT_VENV="$REPO_ROOT/.venv-vllm-$VLLM_VERSION"
@@ -158,7 +178,7 @@ HYPOTHESIS_PIN="$(grep -oE 'hypothesis==[0-9.]+' "$REPO_ROOT/pyproject.toml" | h
 [[ -n "$HYPOTHESIS_PIN" ]] || die "no hypothesis== pin in pyproject.toml"
 
 # The lock stamp names everything the heavy part depends on.
-LOCK_KEY="$("$PYTHON" - "$CONSTRAINTS" "$SCRIPT_REV" "$TORCH_INDEX_URL" "unlocked=$UNLOCKED:$VLLM_VERSION" <<'PY'
+LOCK_KEY="$("$PYTHON" - "$CONSTRAINTS" "$SCRIPT_REV" "$TORCH_INDEX_URL" "unlocked=$UNLOCKED:$VLLM_VERSION" "editable=$EDITABLE" <<'PY'
 import hashlib, sys
 h = hashlib.sha256(open(sys.argv[1], "rb").read())
 h.update(("|".join(sys.argv[2:]) + "|" + sys.version).encode())
@@ -181,7 +201,7 @@ SELF_READY=0
 if [[ $FORCE -eq 0 && -x "$VPY" ]] && stamp_ok "$LOCK_STAMP" "$LOCK_KEY"; then
   LOCK_READY=1
   stamp_ok "$SELF_STAMP" "$SELF_KEY" && SELF_READY=1
-elif [[ $FORCE -eq 0 && $UNLOCKED -eq 0 && -x "$VPY" && -f "$VENV/pyvenv.cfg" ]] \
+elif [[ $FORCE -eq 0 && $UNLOCKED -eq 0 && -z "$EDITABLE" && -x "$VPY" && -f "$VENV/pyvenv.cfg" ]] \
     && (cd / && vllm_env "$VPY" "$SCRIPT_DIR/verify_vllm_install.py" "$CONSTRAINTS" "$VLLM_VERSION" \
           "$REPO_ROOT/kvverify/targets/vllm/compat.py" >/dev/null 2>&1); then
   # a venv that already holds exactly the lock (say, the unlocked install the lock was frozen
@@ -243,9 +263,24 @@ if [[ $LOCK_READY -eq 0 && $UNLOCKED -eq 0 ]]; then
   step_done "torch" "$t"
 
   t=$SECONDS
-  log "step 2/3: the lock ($(grep -cE '^[A-Za-z0-9_.-]+==' "$CONSTRAINTS") pins, incl. vllm==$VLLM_VERSION, xgrammar, apache-tvm-ffi), --no-deps"
-  bounded "$STEP_TIMEOUT" "${PIP[@]}" install --progress-bar off -q --no-deps -r "$CONSTRAINTS" \
+  LOCK_FILE="$CONSTRAINTS"
+  if [[ -n "$EDITABLE" ]]; then  # the checkout replaces the release's wheel
+    LOCK_FILE="$VENV/.kvverify-editable-lock.txt"
+    grep -vE '^vllm==' "$CONSTRAINTS" > "$LOCK_FILE"
+  fi
+  log "step 2/3: the lock ($(grep -cE '^[A-Za-z0-9_.-]+==' "$LOCK_FILE") pins, $([[ -n "$EDITABLE" ]] && echo "vllm from $EDITABLE" || echo "incl. vllm==$VLLM_VERSION"), xgrammar, apache-tvm-ffi), --no-deps"
+  bounded "$STEP_TIMEOUT" "${PIP[@]}" install --progress-bar off -q --no-deps -r "$LOCK_FILE" \
     || die "could not install the pinned lock $CONSTRAINTS"
+  if [[ -n "$EDITABLE" ]]; then
+    if [[ -f "$EDITABLE/setup.py" ]]; then  # a real vLLM checkout: its build needs these (no compilation)
+      bounded "$STEP_TIMEOUT" "${PIP[@]}" install --progress-bar off -q -c "$LOCK_FILE" setuptools-scm \
+        || die "could not install the build requirements of $EDITABLE"
+    fi
+    log "step 2b/3: vLLM editable from $EDITABLE (--no-deps, Python only)"
+    bounded "$STEP_TIMEOUT" env VLLM_TARGET_DEVICE=empty "${PIP[@]}" install --progress-bar off -q --no-deps \
+        --no-build-isolation -e "$EDITABLE" || die "could not install $EDITABLE editable"
+    echo "$EDITABLE" > "$VENV/.kvverify-editable"
+  fi
   step_done "lock (vllm + deps)" "$t"
 fi
 
@@ -299,8 +334,10 @@ log "verifying the vLLM install (versions, KV-cache imports, no CUDA, vLLM's own
 # from its source: kvverify is not installed yet (see scripts/verify_vllm_install.py);
 # unlocked, there are no pins to check ("-")
 VERIFY_LOCK="$CONSTRAINTS"
+VERIFY_VERSION="$VLLM_VERSION"
 [[ $UNLOCKED -eq 1 ]] && VERIFY_LOCK="-"
-(cd / && vllm_env "$VPY" "$SCRIPT_DIR/verify_vllm_install.py" "$VERIFY_LOCK" "$VLLM_VERSION" \
+if [[ -n "$EDITABLE" ]]; then VERIFY_LOCK="$VENV/.kvverify-editable-lock.txt"; VERIFY_VERSION="*"; fi
+(cd / && vllm_env "$VPY" "$SCRIPT_DIR/verify_vllm_install.py" "$VERIFY_LOCK" "$VERIFY_VERSION" \
     "$REPO_ROOT/kvverify/targets/vllm/compat.py"
 ) || die "verification of the vLLM install failed (see above)"
 echo "$LOCK_KEY" > "$LOCK_STAMP"

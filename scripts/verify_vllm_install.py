@@ -117,7 +117,7 @@ def main(argv: list[str]) -> int:
     if torch.version.cuda is not None:
         problems.append(f"torch is a CUDA build ({torch.__version__})")
     import vllm
-    if vllm.__version__ != want_vllm:
+    if want_vllm != "*" and vllm.__version__ != want_vllm:  # "*": an editable checkout, any version
         problems.append(f"vllm.__version__ is {vllm.__version__}, want {want_vllm}")
     shipped = 0
     modules = adapter_modules(compat_py)

@@ -4,7 +4,8 @@ A release venv is any venv with a ``vllm-VERSION.dist-info`` (a release, a dev b
 editable checkout): the matrix runs the vLLM a user has (issue 27). Where it came from is
 its :attr:`ReleaseVenv.provenance`: ``lock`` (``scripts/install-vllm-target.sh`` finished
 from a lock: both of its stamps, :data:`STAMPS`), ``unlocked`` (the script, from the
-release's own metadata: :data:`UNLOCKED_FREEZE`), ``user`` (a venv the script did not make).
+release's own metadata: :data:`UNLOCKED_FREEZE`), ``editable`` (the script's ``--editable``
+checkout: :data:`EDITABLE_MARK`), ``user`` (a venv the script did not make).
 A venv whose install is still under way (the script's lock stamp without its self stamp)
 is left out.
 """
@@ -26,6 +27,8 @@ STAMPS = (".kvverify-vllm-lock.stamp", ".kvverify-self.stamp")
 INSTALL_INFO = ".kvverify-install.json"
 #: what pip resolved for an unlocked install (the install script, without a lock)
 UNLOCKED_FREEZE = ".kvverify-unlocked-freeze.txt"
+#: the checkout an ``--editable`` install (the install script) put in the venv
+EDITABLE_MARK = ".kvverify-editable"
 #: a vLLM version: a release ``X.Y.Z[.postN]``, a pre-release, a dev build, a local label
 _VERSION_RE = re.compile(r"^\d+\.\d+\.\d+(?:(?:a|b|rc)\d+)?(?:\.post\d+)?(?:\.dev\d+)?(?:\+[A-Za-z0-9.]+)?$")
 _DIST_RE = re.compile(r"^vllm-(\d+\.\d+\.\d+[A-Za-z0-9.+_]*)\.dist-info$")
@@ -84,7 +87,8 @@ def provenance(path: Path) -> str | None:
     if lock.exists() and not self_stamp.exists():
         return None
     if lock.exists():
-        return "unlocked" if (path / UNLOCKED_FREEZE).exists() else "lock"
+        return ("unlocked" if (path / UNLOCKED_FREEZE).exists() else
+                "editable" if (path / EDITABLE_MARK).exists() else "lock")
     return "user"
 
 
