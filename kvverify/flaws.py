@@ -28,8 +28,10 @@ from kvverify.switches import Switches
 class Budget:
     """The zoo's quality bar for one flaw (``tests/test_zoo.py``): from a cold start
     (derandomized, no example database) the catching property fails within ``examples``
-    examples, and its shrunk counterexample has ``max_model_len <= shrunk_len`` and at most
-    ``shrunk_blocks`` blocks."""
+    examples, and its shrunk counterexample's lengths are at most ``shrunk_len`` and its
+    blocks at most ``shrunk_blocks`` (which fields those are is the engine's,
+    :attr:`kvverify.engines.Engine.shrunk_bounds`: vLLM's ``max_model_len`` and blocks,
+    SGLang's pool and request lengths in tokens and its pages)."""
 
     examples: int
     shrunk_len: int
@@ -45,12 +47,16 @@ class Flaw:
       had the defect;
     * ``caught_by``: the property of :mod:`kvverify.props` that must catch it (its dotted
       path; ``kvverify zoo`` runs it), within ``budget``;
-    * ``regression``: the dotted path of its regression case in :mod:`kvverify.zoo_cases`,
-      a function returning the violations of a fixed minimal input (none without the flaw);
+    * ``regression``: the dotted path of its regression case in its engine's zoo cases
+      (:mod:`kvverify.zoo_cases`, :mod:`kvverify.sglang.zoo_cases`), a function returning the
+      violations of a fixed minimal input (none without the flaw);
     * ``no_lemma``: why no Z3 lemma catches it; empty when some lemma of
       :mod:`kvverify.lemmas` lists it in ``catches`` (the lemma's own statement);
     * ``not_in_recorded``: why the recorded vLLM 0.33.0 differential cannot see it; empty
       when some recorded case must disagree with upstream once it is on.
+
+    SGLang's flaws are the same dataclass in their own catalogue (:mod:`kvverify.sglang.flaws`);
+    :mod:`kvverify.engines` routes a name to its engine.
     """
 
     name: str

@@ -4,7 +4,9 @@
 reference with that bug-zoo flaw switched on (properties are then expected to fail);
 ``--target vllm`` runs them against the installed vLLM release (any supported one:
 :mod:`kvverify.targets.vllm.support`) through its adapter; ``--target`` takes any name of
-:data:`kvverify.targets.TARGETS`.
+:data:`kvverify.targets.TARGETS` (each engine's properties run on the targets of their
+engine, :func:`kvverify.targets.targets_for`). A ``--flaw`` / ``--fix`` name goes to its
+engine's catalogue (:mod:`kvverify.engines`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import os
 import pytest
 from hypothesis import settings
 
-from kvverify import exampledb, flaws, profiles
+from kvverify import engines, exampledb, profiles
 from kvverify.errors import KVVerifyError
 
 pytest_plugins = ["kvverify.pytest_reports",  # counterexample reports for failing properties
@@ -42,10 +44,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kvverify")
     group.addoption("--flaw", action="append", default=[], metavar="NAME",
                     help="switch a bug-zoo flaw on for the whole run (repeatable); see `kvverify zoo --list`")
-    from kvverify.targets import TARGET_ENGINES
-    group.addoption("--target", default=os.environ.get("KVVERIFY_TARGET", "reference"),
-                    help=f"system under test: {' or '.join(TARGET_ENGINES)} (default: reference, which "
-                         "runs vLLM's and SGLang's references)")
+    from kvverify.targets import DEFAULT_TARGET, TARGETS
+    group.addoption("--target", default=os.environ.get("KVVERIFY_TARGET", DEFAULT_TARGET),
+                    help=f"system under test: {' or '.join(TARGETS)} (default: {DEFAULT_TARGET}, which "
+                         "runs every engine's reference)")
     group.addoption("--fix", action="append", default=[], metavar="NAME",
                     help="switch a finding's proposed fix on (repeatable; kvverify/fixes.py): the reference "
                          "runs with the fix option, --target vllm with the finding's patch applied "
@@ -66,21 +68,16 @@ def pytest_configure(config: pytest.Config) -> None:
     _configure_fixes(config)  # before anything can import vLLM: --target vllm --fix needs the overlay
     _import_everything()
     target = config.getoption("target")
-    from kvverify.targets import SGLANG_TARGET_FOR, engine_of, get_sglang_target, get_target
+    from kvverify.targets import get_engine_target, targets_for
     try:
-        engine_of(target)
-        if target == "vllm":
-            get_target("vllm")
-        elif target in SGLANG_TARGET_FOR:
-            get_sglang_target(SGLANG_TARGET_FOR[target])
+        for name in targets_for(target).values():
+            get_engine_target(name)  # an uninstalled engine is a clear error here, not in every test
     except ValueError as e:
         raise pytest.UsageError(f"--target {target}: {e}") from None
     names = config.getoption("flaw") or []
     if names:
-        from kvverify.sglang import flaws as sglang_flaws
         try:  # each engine's flaws go to its own catalogue
-            flaws.set_global([n for n in names if n not in sglang_flaws.CATALOG])
-            sglang_flaws.set_global([n for n in names if n in sglang_flaws.CATALOG])
+            engines.set_global(flaws=names)
         except ValueError as e:
             raise pytest.UsageError(str(e)) from None
 
@@ -91,23 +88,22 @@ def _configure_fixes(config: pytest.Config) -> None:
     runs whatever the target) the patched vLLM overlay goes first on sys.path."""
     import importlib.util
 
-    from kvverify import fixes
-    from kvverify.sglang import fixes as sglang_fixes
     all_names = config.getoption("fix", default=None) or []
-    sglang_names = [n for n in all_names if n in sglang_fixes.CATALOG]
-    names = [n for n in all_names if n not in sglang_fixes.CATALOG]
-    if sglang_names:
+    try:
+        engines.set_global(fixes=all_names)  # each engine's fixes in its own catalogue
+    except ValueError as e:
+        raise pytest.UsageError(f"--fix: {e}") from None
+    sglang_names = [n for n in all_names if engines.engine_of_fix(n).name == "sglang"]
+    names = [n for n in all_names if engines.engine_of_fix(n).name == "vllm"]
+    if sglang_names and config.getoption("target") == "sglang":
         try:
-            sglang_fixes.set_global(sglang_names)
-            if config.getoption("target") == "sglang":
-                from kvverify.targets.sglang import overlay as sglang_overlay
-                sglang_overlay.activate(sglang_names)
+            from kvverify.targets.sglang import overlay as sglang_overlay
+            sglang_overlay.activate(sglang_names)
         except ValueError as e:
             raise pytest.UsageError(f"--fix: {e}") from None
     if not names:
         return
     try:
-        fixes.set_global(names)
         from kvverify.targets import overlay
         if config.getoption("target") == "vllm":
             overlay.activate(names)  # a fix without a patch is an error here
@@ -121,16 +117,11 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     profile = config.getoption("hypothesis_profile", default=None) or profiles.default_profile()  # as configured
     lines = [f"kvverify: hypothesis profile={profile}, target={config.getoption('target')}, "
              f"database={profiles.describe_database(profile)}"]
-    from kvverify.sglang import fixes as sglang_fixes
-    from kvverify.sglang import flaws as sglang_flaws
-    if flaws.active() or sglang_flaws.active():
-        lines.append(f"kvverify: flaws ON: {', '.join(sorted(flaws.active() | sglang_flaws.active()))}")
-    if sglang_fixes.active():
-        lines.append(f"kvverify: SGLang fixes ON: {', '.join(sorted(sglang_fixes.active()))}")
-    from kvverify import fixes
-    if fixes.active():
+    if engines.active_flaws():
+        lines.append(f"kvverify: flaws ON: {', '.join(sorted(engines.active_flaws()))}")
+    if engines.active_fixes():
         from kvverify.targets import overlay
         where = overlay.active()
-        lines.append(f"kvverify: fixes ON: {', '.join(sorted(fixes.active()))}"
+        lines.append(f"kvverify: fixes ON: {', '.join(sorted(engines.active_fixes()))}"
                      + (f" (patched vLLM overlay {where})" if where else ""))
     return lines

@@ -1,12 +1,13 @@
-"""The zoo's recorded run: ``docs/zoo.json``, and README's bug-zoo table rendered from it.
+"""The zoo's recorded run: ``docs/zoo.json``, and README's bug-zoo tables rendered from it.
 
-``kvverify zoo --record`` runs every flaw the way ``kvverify zoo`` does (derandomized, cold,
-no example database), writes the results to ``docs/zoo.json`` and renders README's table
-between :data:`README_BEGIN` and :data:`README_END` from that file. Examples and seconds are
+``kvverify zoo --record`` runs every engine's every flaw the way ``kvverify zoo`` does
+(derandomized, cold, no example database), writes the results to ``docs/zoo.json`` (one
+file, each row naming its engine) and renders README's table of each engine between that
+engine's markers (:func:`markers`) from that file. Examples and seconds are
 the recorded run's: they move with the machine and with the modules a process has loaded
 (Hypothesis mines constants from them), so the record keeps them rather than a test. What
 must not move is checked by ``tests/test_zoo.py``: README's table is :func:`render` of the
-file, the file's flaws, upstream issues and properties are the catalogue's, and a fresh
+file, the file's flaws, upstream issues and properties are the catalogues', and a fresh
 ``kvverify zoo --json`` process catches every flaw with the recorded property and shrunk
 counterexample.
 """
@@ -19,11 +20,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kvverify import engines
 from kvverify.errors import KVVerifyError
 
 SCHEMA = "kvverify.zoo/1"
-README_BEGIN = "<!-- kvverify zoo --record: the bug-zoo table (generated from docs/zoo.json; do not edit) -->"
-README_END = "<!-- end of the generated bug-zoo table -->"
+
+
+def markers(engine: str) -> tuple[str, str]:
+    """The (begin, end) markers of ``engine``'s table in README (:data:`kvverify.engines.ENGINES`)."""
+    title = engines.get(engine).title
+    return (f"<!-- kvverify zoo --record: {title}'s bug-zoo table (generated from docs/zoo.json; do not edit) -->",
+            f"<!-- end of the generated {title} bug-zoo table -->")
 COLUMNS = ("flaw", "upstream", "caught by", "examples", "s", "shrunk counterexample")
 
 
@@ -50,10 +57,12 @@ def _cell(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
-def render(data: Mapping[str, Any]) -> str:
-    """README's bug-zoo table (Markdown) from a recorded run."""
+def render(data: Mapping[str, Any], engine: str | None = None) -> str:
+    """README's bug-zoo table (Markdown) of ``engine``'s rows of a recorded run (all rows: ``None``)."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
     for r in data["results"]:
+        if engine is not None and r.get("engine") != engine:
+            continue
         examples = r["examples"] if r["caught"] else f"ESCAPED after {r['examples']}"
         lines.append("| " + " | ".join([f"`{r['flaw']}`", _cell(r["upstream"]), f"`{r['property']}`",
                                         _cell(examples), f"{r['seconds']:.2f}",
@@ -61,24 +70,33 @@ def render(data: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def readme_section(text: str) -> str | None:
-    """The text between README's markers (without the newlines next to them), or ``None``."""
-    i, j = text.find(README_BEGIN), text.find(README_END)
+def readme_section(text: str, engine: str = "vllm") -> str | None:
+    """The text between ``engine``'s README markers (without the newlines next to them), or ``None``."""
+    begin, end = markers(engine)
+    i, j = text.find(begin), text.find(end)
     if i < 0 or j < i:
         return None
-    return text[i + len(README_BEGIN):j].strip("\n")
+    return text[i + len(begin):j].strip("\n")
 
 
-def with_section(text: str, section: str) -> str:
-    """``text`` with the part between README's markers replaced by ``section``."""
-    i, j = text.find(README_BEGIN), text.find(README_END)
+def with_section(text: str, section: str, engine: str = "vllm") -> str:
+    """``text`` with the part between ``engine``'s README markers replaced by ``section``."""
+    begin, end = markers(engine)
+    i, j = text.find(begin), text.find(end)
     if i < 0 or j < i:
-        raise KVVerifyError(f"README.md has no {README_BEGIN!r} ... {README_END!r} markers")
-    return text[:i + len(README_BEGIN)] + "\n" + section + "\n" + text[j:]
+        raise KVVerifyError(f"README.md has no {begin!r} ... {end!r} markers")
+    return text[:i + len(begin)] + "\n" + section + "\n" + text[j:]
+
+
+def with_tables(text: str, data: Mapping[str, Any]) -> str:
+    """``text`` with every engine's table rendered from ``data`` between its markers."""
+    for engine in engines.ENGINES:
+        text = with_section(text, render(data, engine), engine)
+    return text
 
 
 def write(data: Mapping[str, Any], root: Path) -> tuple[Path, Path]:
-    """Write ``root/docs/zoo.json`` and README's table from it (each file atomically)."""
+    """Write ``root/docs/zoo.json`` and README's tables from it (each file atomically)."""
     from kvverify.reports.common import atomic_write_text
 
     readme = root / "README.md"
@@ -86,7 +104,7 @@ def write(data: Mapping[str, Any], root: Path) -> tuple[Path, Path]:
         text = readme.read_text(encoding="utf-8")
     except OSError as e:
         raise KVVerifyError(f"{readme}: cannot read: {e} (`kvverify zoo --record` writes into a checkout)") from None
-    new = with_section(text, render(data))
+    new = with_tables(text, data)
     path = root / "docs" / "zoo.json"
     atomic_write_text(path, json.dumps(data, indent=2) + "\n")
     if new != text:

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from kvverify import flaws, golden
+from kvverify import engines, golden
 from kvverify.errors import KVVerifyError
 from kvverify.reference.config import VllmConfig
 from kvverify.reference.driver import WorkloadSpec
@@ -278,14 +278,16 @@ def test_corpus_format_and_coverage() -> None:
 
 #: Zoo flaws that change mirrored behaviour on the recorded cases: the replay must catch each.
 #: The others give their reason in the catalogue (``Flaw.not_in_recorded``, docs/recorded-differential.md).
-RECORDED_CATCHES = [f.name for f in flaws.CATALOG.values() if not f.not_in_recorded]
+#: Every engine's flaws (kvverify.engines): an SGLang flaw's reason is that the corpus is vLLM's.
+CATALOG = engines.flaw_catalog()
+RECORDED_CATCHES = [f.name for f in CATALOG.values() if not f.not_in_recorded]
 
 
 @pytest.mark.parametrize("flaw", RECORDED_CATCHES)
 def test_recorded_differential_catches_flaw(flaw: str) -> None:
     """With the flaw switched on, some record disagrees with upstream (the replay can fail)."""
     records = corpus_and_records()[1]
-    with flaws.enabled(flaw):
+    with engines.enabled(flaws=[flaw]):
         try:
             message = first_disagreement(range(len(records)))
         except Exception as e:  # noqa: BLE001 - a replay that crashes fails the replay test too
@@ -293,11 +295,11 @@ def test_recorded_differential_catches_flaw(flaw: str) -> None:
     assert message is not None, f"{flaw}: no recorded case disagrees with vLLM 0.33.0"
 
 
-@pytest.mark.parametrize("flaw", [f.name for f in flaws.CATALOG.values() if f.not_in_recorded])
+@pytest.mark.parametrize("flaw", [f.name for f in CATALOG.values() if f.not_in_recorded])
 def test_flaws_the_corpus_cannot_see_are_not_seen(flaw: str) -> None:
     """The catalogue's ``not_in_recorded`` reason holds: with the flaw on, every record still agrees."""
     records = corpus_and_records()[1]
-    with flaws.enabled(flaw):
+    with engines.enabled(flaws=[flaw]):
         message = first_disagreement([i for i in range(len(records)) if i not in KNOWN_DISAGREEMENTS])
     assert message is None, f"{flaw}: the recorded differential sees it now; drop its `not_in_recorded`: {message}"
 

@@ -8,9 +8,9 @@ from kvverify.sglang import differential
 @pytest.fixture(scope="module")
 def target(request):
     """The installed SGLang: the differential needs ``--target sglang``."""
-    from kvverify.targets import SGLANG_TARGET_FOR, get_sglang_target
+    from kvverify.targets import get_sglang_target, targets_for
     name = request.config.getoption("target")
-    if SGLANG_TARGET_FOR.get(name) != "sglang":
+    if targets_for(name).get("sglang") != "sglang":
         pytest.skip("differential vs SGLang: needs --target sglang (an installed SGLang, "
                     "scripts/install-sglang-target.sh)")
     return get_sglang_target("sglang")

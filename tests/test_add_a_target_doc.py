@@ -1,8 +1,9 @@
 """``docs/add-a-target.md`` matches the code, and no caller goes round the Target contract.
 
-Every name the how-to writes in inline code resolves (a member of the contract's modules, a
-protocol member, an enum member, a test it names); every member of the contract is in it;
-its ``TARGETS`` snippet is the registry plus the worked example. (Paths: ``tests/test_doc_paths.py``.)
+Every name the how-to writes in inline code resolves (a member of either engine's contract
+modules, a protocol member, an enum member, a test it names); every member of both contracts
+is in it; its ``TARGETS`` snippet is the registry. (Paths: ``tests/test_doc_paths.py``; the
+excerpts' verbatim match: ``tests/test_howto_docs.py``.)
 Then the rule the how-to states: properties, the CLI and the reports never ask a target its
 name nor probe it with ``getattr``.
 """
@@ -16,19 +17,25 @@ import re
 import typing
 from pathlib import Path
 
-from kvverify.targets import TARGETS, base
+from kvverify.targets import TARGETS, base, sglang_contract
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "add-a-target.md"
 #: modules whose names the how-to may cite bare
 NAMESPACES = ("kvverify.targets", "kvverify.targets.base", "kvverify.targets.conformance",
               "kvverify.targets.vllm.support", "kvverify.targets.vllm.compat", "kvverify.targets.vllm.refusals",
-              "kvverify.reference.planner", "kvverify.reference.driver")
+              "kvverify.reference.planner", "kvverify.reference.driver", "kvverify.targets.sglang_contract",
+              "kvverify.targets.sglang_conformance", "kvverify.targets.sglang", "kvverify.engines",
+              "kvverify.sglang.config", "kvverify.sglang.driver")
 #: roots a dotted name may start from
 ROOTS = {"hypothesis": "hypothesis", "flaws": "kvverify.flaws"}
 #: words in inline code that are no kvverify name, and why
-NOT_NAMES = {"SglangTarget": "the worked example's class", "sglang": "the worked example's engine",
-             "mypy": "the type checker", "KVVERIFY_TARGET": "an environment variable (checked below)"}
+NOT_NAMES = {"mypy": "the type checker", "KVVERIFY_TARGET": "an environment variable (checked below)",
+             "reference": "the default --target name (DEFAULT_TARGET)"}
+#: each engine's contract: its base protocol, its capability enum and sub-protocols
+CONTRACTS = ((base.TargetBase, base.Capability, base.CAPABILITY_PROTOCOLS),
+             (sglang_contract.SglangTargetBase, sglang_contract.SglangCapability,
+              sglang_contract.SGLANG_CAPABILITY_PROTOCOLS))
 IDENT = re.compile(r"^[A-Za-z_][\w.]*(\([^()]*\))?$")
 
 
@@ -42,7 +49,7 @@ def _inline_code(text: str) -> list[str]:
 
 
 def _protocol_names() -> set[str]:
-    protos = [base.TargetBase, *base.CAPABILITY_PROTOCOLS.values()]
+    protos = [p for b, _, caps in CONTRACTS for p in (b, *caps.values())]
     return {n for p in protos for n in base.protocol_members(p)}
 
 
@@ -55,7 +62,7 @@ def _resolves(name: str) -> bool:
         m = importlib.import_module(mod)
         if head in vars(m):
             candidates.append(vars(m)[head])
-    for enum in (base.Feature, base.Capability):
+    for enum in (base.Feature, base.Capability, sglang_contract.SglangCapability):
         if head in enum.__members__:
             candidates.append(enum[head])
     for mod in (builtins, typing):
@@ -78,7 +85,9 @@ def _resolves(name: str) -> bool:
 
 
 def test_every_name_the_howto_cites_exists() -> None:
-    tests = (ROOT / "tests" / "test_target_conformance.py").read_text()
+    tests = "".join((ROOT / f).read_text() for f in ("tests/test_target_conformance.py",
+                                                     "tests/test_sglang_target_conformance.py",
+                                                     "properties/test_sglang_conformance.py"))
     fixtures = (ROOT / "properties" / "conftest.py").read_text()
     unknown = []
     for code in _inline_code(_doc()):
@@ -98,15 +107,20 @@ def test_every_name_the_howto_cites_exists() -> None:
 
 def test_the_howto_covers_every_member_feature_and_capability() -> None:
     cited = set(re.findall(r"[A-Za-z_]\w*", " ".join(_inline_code(_doc()))))
-    needed = {*base.BASE_MEMBERS, *_protocol_names(), *base.Feature.__members__, *base.Capability.__members__,
-              *(p.__name__ for p in base.CAPABILITY_PROTOCOLS.values())}
+    needed = {*base.Feature.__members__, *_protocol_names()}
+    for base_proto, capability, protocols in CONTRACTS:
+        needed |= {base_proto.__name__, *base.protocol_members(base_proto), *capability.__members__,
+                   *(p.__name__ for p in protocols.values())}
     assert not needed - cited, f"docs/add-a-target.md does not mention {sorted(needed - cited)}"
 
 
 def test_the_registry_snippet_is_the_registry() -> None:
-    entries = dict(re.findall(r'^\s*"(\w+)": "([\w.]+:\w+)",$', _doc(), flags=re.M))
-    assert {k: v for k, v in entries.items() if k in TARGETS} == TARGETS
-    assert set(entries) - set(TARGETS) == {"sglang"}  # the worked example
+    snippet = re.search(r"^TARGETS: dict\[str, TargetEntry\] = \{\n(.*?)^\}", _doc(), flags=re.M | re.S)
+    assert snippet, "docs/add-a-target.md shows no TARGETS snippet"
+    entries = re.findall(r'"([\w-]+)": TargetEntry\("(\w+)", "([\w.]+:\w+)"(, reference=True)?\)',
+                         re.sub(r"\n\s+", " ", snippet.group(1)))
+    assert {n: (e, w, bool(r)) for n, e, w, r in entries} == {
+        n: (t.engine, t.where, t.reference) for n, t in TARGETS.items()}
 
 
 # ------------------------------------------------------------ the rule the how-to states

@@ -1,20 +1,23 @@
 """The lemmas catch the bug zoo: with a flaw on, its lemma returns a counterexample whose
 concrete replay on the (flawed) reference really violates the invariant.
 
-Which flaws: every flaw of :data:`kvverify.flaws.CATALOG` without a ``no_lemma`` reason must
-be listed in some lemma's ``catches`` (``tests/test_zoo.py`` checks each flaw has exactly
-one of the two); the others must leave every proof as expected.
+Which flaws: every flaw of every engine's catalogue (:func:`kvverify.engines.flaw_catalog`)
+without a ``no_lemma`` reason must be listed in some lemma's ``catches``
+(``tests/test_zoo.py`` checks each flaw has exactly one of the two); the others must leave
+every proof as expected.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from kvverify import flaws
+from kvverify import engines, flaws
 from kvverify.lemmas import LEMMAS, catching, prove
 
-#: the flaws that change a formula the lemmas prove, read off the catalogue
-FORMULA_FLAWS = [f.name for f in flaws.CATALOG.values() if not f.no_lemma]
+#: every engine's flaws
+CATALOG = engines.flaw_catalog()
+#: the flaws that change a formula the lemmas prove, read off the catalogues
+FORMULA_FLAWS = [f.name for f in CATALOG.values() if not f.no_lemma]
 PAIRS = [(flaw, lemma) for flaw in FORMULA_FLAWS for lemma in catching(flaw)]
 
 
@@ -33,7 +36,7 @@ def test_flaw_gives_replayed_counterexample(flaw, lemma):
     assert result.flaw == flaw
 
 
-@pytest.mark.parametrize("flaw", [f.name for f in flaws.CATALOG.values() if f.no_lemma])
+@pytest.mark.parametrize("flaw", [f.name for f in CATALOG.values() if f.no_lemma])
 def test_other_flaws_do_not_break_the_proofs(flaw):
     """Flaws outside the proved formulas (their ``no_lemma`` says why) leave every lemma as
     expected: no spurious counterexample, no unknown."""

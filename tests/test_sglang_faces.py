@@ -52,12 +52,21 @@ def test_fuzz_gives_each_engine_its_own_target() -> None:
 
 
 def test_registry_names_each_targets_engine() -> None:
+    from kvverify.engines import ENGINES
     from kvverify.errors import ConfigError
-    from kvverify.targets import engine_of, get_sglang_target
+    from kvverify.targets import TARGETS, engine_of, get_sglang_target, get_target, reference_of, targets_for
     assert engine_of("vllm") == "vllm" and engine_of("sglang") == "sglang"
+    assert {e.engine for e in TARGETS.values()} == set(ENGINES)
+    assert all(sum(e.reference for e in TARGETS.values() if e.engine == eng) == 1 for eng in ENGINES)
     with pytest.raises(ConfigError):
         engine_of("tgi")
-    assert get_sglang_target("sglang-reference").engine == "sglang"
+    assert get_sglang_target(reference_of("sglang")).name == "sglang-reference"
+    assert targets_for("reference") == {"vllm": "reference", "sglang": "sglang-reference"}
+    assert targets_for("sglang") == {"sglang": "sglang"} and targets_for("vllm") == {"vllm": "vllm"}
+    with pytest.raises(ConfigError, match="offers SGLang's contract, not vLLM's"):
+        get_target("sglang-reference")
+    with pytest.raises(ConfigError, match="offers vLLM's contract, not SGLang's"):
+        get_sglang_target("reference")
 
 
 def test_sglang_patch_touches_sglang_only() -> None:
@@ -119,3 +128,18 @@ def test_pytest_flaw_option_routes_sglang_flaws(tmp_path: Path) -> None:
     assert "sglang_pool_not_positive" in flawed.stdout or "sglang_pool" in flawed.stdout
     clean = subprocess.run(base, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     assert clean.returncode == 0, clean.stdout[-2000:]
+
+
+def test_flaw_names_route_to_their_engine(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--flaw`` takes every engine's names (kvverify/engines.py); a command that runs one
+    engine refuses another engine's flaw, naming it, instead of running unflawed."""
+    base = ["check", "--model", "llama-3.1-8b", "--max-model-len", "512", "--num-gpu-blocks-override", "64"]
+    assert main([*base, "--flaw", "sglang_retract_counts_tokens"]) == 2
+    assert "sglang_retract_counts_tokens" in capsys.readouterr().err
+    assert main([*base, "--flaw", "null_block_not_reserved", "--json"]) in (0, 1)
+    capsys.readouterr()
+    from kvverify import engines
+    assert main(["zoo", "--list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in rows] == list(engines.flaw_catalog())
+    assert {r["engine"] for r in rows} == set(engines.ENGINES)

@@ -109,10 +109,14 @@ def test_driver_completes_with_retractions_and_conserves_pages() -> None:
 
 
 def test_reference_target_offers_every_sglang_capability_method() -> None:
+    from kvverify.targets.conformance import missing_members
+    from kvverify.targets.sglang_contract import SGLANG_CAPABILITY_PROTOCOLS, SglangTargetBase
     assert REF.sglang_capabilities == frozenset(SglangCapability)
+    assert all(REF.lacks(cap) is None for cap in SglangCapability) and REF.version
+    assert missing_members(REF, SglangTargetBase) == []
     for cap in SglangCapability:
-        for name in sglang_capability_methods(cap):
-            assert callable(getattr(REF, name)), (cap, name)
+        assert missing_members(REF, SGLANG_CAPABILITY_PROTOCOLS[cap]) == [], cap
+    assert sglang_capability_methods(SglangCapability.RETRACTION) == ("probe_retraction",)
 
 
 def test_conformance_catches_a_broken_target() -> None:

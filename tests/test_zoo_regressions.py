@@ -1,26 +1,28 @@
-"""Every flaw's regression case (:attr:`kvverify.flaws.Flaw.regression`), both ways.
+"""Every flaw's regression case (:attr:`kvverify.flaws.Flaw.regression`), both ways, for
+every engine (:data:`kvverify.engines.ENGINES`).
 
-Each case (``kvverify/zoo_cases.py``) passes on the faithful reference and fails with its
-flaw on, so the deterministic CI gate always replays it, whatever random search reaches.
-The numbers are the minimal boundaries the properties shrink to (see ``kvverify zoo``).
+Each case (``kvverify/zoo_cases.py``, ``kvverify/sglang/zoo_cases.py``) passes on the faithful
+reference and fails with its flaw on, so the deterministic CI gate always replays it,
+whatever random search reaches. The numbers are the minimal boundaries the properties shrink
+to (see ``kvverify zoo``).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from kvverify import flaws
+from kvverify import engines, flaws
 from kvverify.reference.config import VllmConfig
 from kvverify.reference.workloads import full_length_request
 from kvverify.targets import get_target
 from kvverify.zoo_cases import full
 
 
-@pytest.mark.parametrize("name", list(flaws.CATALOG))
+@pytest.mark.parametrize("name", list(engines.flaw_catalog()))
 def test_regression_case_passes_faithful_and_fails_flawed(name: str) -> None:
-    case = flaws.CATALOG[name].regression_case()
+    case = engines.flaw(name).regression_case()
     assert case() == [], f"{name}: the faithful reference must pass its regression case"
-    with flaws.enabled(name):
+    with engines.enabled(flaws=[name]):
         assert case(), f"{name} must be caught by its regression case"
 
 

@@ -127,21 +127,20 @@ def discover_properties(suite: str | Path | None = "properties") -> list[FuzzPro
 
 
 def _engine(prop: FuzzProperty) -> str:
-    """The engine whose contract a property is stated over (SGLang's live in kvverify.sglang)."""
-    return "sglang" if prop.module.startswith("kvverify.sglang.") else "vllm"
+    """The engine whose contract a property is stated over (:func:`kvverify.engines.engine_of_property`)."""
+    from kvverify.engines import engine_of_property
+    return engine_of_property(prop.module).name
 
 
 def _engine_targets(props: list[FuzzProperty], target: str) -> tuple[list[FuzzProperty], dict[str, Any]]:
-    """Keep the properties ``--target`` has a system for, and that system per engine:
-    ``reference`` runs both engines' references; ``vllm`` vLLM's; ``sglang`` SGLang's (with
-    the reference-vs-SGLang differential, which needs the installed SGLang)."""
-    from kvverify.targets import SGLANG_TARGET_FOR, engine_of, get_sglang_target, get_target
-    targets: dict[str, Any] = {}
-    if engine_of(target) == "vllm":
-        targets["vllm"] = get_target(target)
-    if target in SGLANG_TARGET_FOR:
-        targets["sglang"] = get_sglang_target(SGLANG_TARGET_FOR[target])
-    real_sglang = SGLANG_TARGET_FOR.get(target) == "sglang"
+    """Keep the properties ``--target`` has a system for, and that system per engine
+    (:func:`kvverify.targets.targets_for`): ``reference`` runs every engine's reference;
+    ``vllm`` vLLM's; ``sglang`` SGLang's (with the reference-vs-SGLang differential, which
+    needs the installed SGLang)."""
+    from kvverify.targets import TARGETS, get_engine_target, targets_for
+    names = targets_for(target)
+    targets: dict[str, Any] = {engine: get_engine_target(name) for engine, name in names.items()}
+    real_sglang = "sglang" in names and not TARGETS[names["sglang"]].reference
     kept = [p for p in props if _engine(p) in targets
             and (real_sglang or not p.module.startswith("kvverify.sglang.differential"))]
     return kept, targets
@@ -287,7 +286,7 @@ def _run_fuzz(seconds: float, profile: str, flaw_names: Sequence[str], seed: int
               coverage_json: str | Path | None) -> FuzzSummary:
     from hypothesis import settings as Settings
 
-    from kvverify import exampledb, fixes, profiles
+    from kvverify import engines, exampledb, profiles
     from kvverify.props.findings import is_fixed
     from kvverify.targets import get_target
 
@@ -309,7 +308,7 @@ def _run_fuzz(seconds: float, profile: str, flaw_names: Sequence[str], seed: int
         from kvverify.targets import overlay
         overlay.activate(fix_names)
     props = _select(discover_properties(suite), patterns, shard)
-    with fixes.enabled(*fix_names):
+    with engines.enabled(fixes=fix_names):  # each fix in its engine's catalogue
         for p in props:  # a known failure whose fixes are on must pass
             if p.xfail is not None and is_fixed(p.name, target):
                 p.xfail = None
@@ -334,7 +333,7 @@ def _run_fuzz(seconds: float, profile: str, flaw_names: Sequence[str], seed: int
         task = progress.add_task("", total=seconds, examples=0, failures=0)
         progress.start()
     try:
-        with flaws_on(flaw_names), fixes.enabled(*fix_names):
+        with flaws_on(flaw_names, engine=None), engines.enabled(fixes=fix_names):
             while time.monotonic() < deadline:
                 pending = [p for p in props if not p.done]
                 if not pending:
@@ -523,6 +522,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
             mark = "  [xfail: known finding]" if p.xfail is not None else ""
             print(f"{p.name}  ({p.kind}, {p.module}){mark}")
         return EXIT_OK
+    if not (args.seconds > 0 and args.seconds < float("inf")):  # NaN and -1 too
+        raise ConfigError("seconds", args.seconds, "must be a positive number of seconds")
     console = make_console(stderr=args.json)
     # --json: stdout is the JSON alone (Hypothesis prints its reproduction hints there)
     quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()

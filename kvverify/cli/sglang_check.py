@@ -33,8 +33,7 @@ def cell_size(layout: Any) -> int:
 
 
 def run_sglang_check(layout: Any, args: argparse.Namespace) -> dict[str, Any]:
-    from kvverify.sglang import flaws as sglang_flaws
-    from kvverify.sglang import fixes as sglang_fixes
+    from kvverify import engines
     from kvverify.sglang.config import SglangConfig
     from kvverify.sglang.driver import SglangRequestSpec
     from kvverify.sglang.pool import SglangStartupError
@@ -51,11 +50,9 @@ def run_sglang_check(layout: Any, args: argparse.Namespace) -> dict[str, Any]:
     else:
         raise ConfigError("kv_cache_memory_bytes", None, "the SGLang check needs --kv-cache-memory-bytes "
                           "or --num-gpu-blocks-override (pages)")
-    names = [n for n in (args.flaw or []) if n in sglang_flaws.CATALOG]
-    fix_names = [n for n in (args.fix or []) if n in sglang_fixes.CATALOG]
     out: dict[str, Any] = {"engine": "sglang", "model": layout.name, "page_size": page, "context_len": ctx,
                            "cell_size": cell}
-    with sglang_flaws.enabled(*names), sglang_fixes.enabled(*fix_names):
+    with engines.enabled(flaws=args.flaw or (), fixes=args.fix or ()):  # each in its engine's catalogue
         cfg = SglangConfig(page_size=page, context_len=ctx, chunked_prefill_size=args.max_num_batched_tokens,
                            max_prefill_tokens=max(args.max_num_batched_tokens or 16384, 16384), **pool_kw)
         target = SglangReferenceTarget()
@@ -96,7 +93,7 @@ def run_sglang_check(layout: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_sglang_check(args: argparse.Namespace) -> int:
-    from kvverify.cli.check import load_layout
+    from kvverify.cli.common import load_layout
     result = run_sglang_check(load_layout(args.model, args.config_json), args)
     if args.json:
         print(json.dumps(result, indent=2, default=str))

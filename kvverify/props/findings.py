@@ -74,9 +74,11 @@ def present_on(name: str, target: str | None = None) -> bool:
     (``Target.expects_finding``): always on the reference (it mirrors the pinned release); on
     the vllm target, per the installed release's capabilities
     (``kvverify/targets/vllm/findings.py``: ``FINDING_CAPABILITY``). Where it does not, the
-    strict xfail does not apply and the property must pass."""
-    from kvverify.targets import get_target
-    return get_target(target or "reference").expects_finding(finding_of(name))
+    strict xfail does not apply and the property must pass. A run whose target offers another
+    engine's contract (``--target sglang``) skips vLLM's properties: no finding applies."""
+    from kvverify.targets import DEFAULT_TARGET, get_target, targets_for
+    mine = targets_for(target or DEFAULT_TARGET).get("vllm")
+    return mine is not None and get_target(mine).expects_finding(finding_of(name))
 
 
 def xfail_mark(name: str) -> pytest.MarkDecorator:

@@ -21,7 +21,6 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from hypothesis import is_hypothesis_test
 
-from kvverify import flaws
 from kvverify.hypothesis_hooks import is_genuine_failure
 from kvverify.reports.common import ReportError, active_flaws, active_fixes
 

@@ -18,3 +18,6 @@ own (:mod:`kvverify.targets.sglang_contract`). The modules mirror SGLang 0.5.23:
   stall (no progress) instead of hanging;
 * :mod:`.flaws` — SGLang's bug zoo; :mod:`.fixes` — the proposed fixes for its findings.
 """
+
+#: the SGLang release the reference mirrors (its target's ``version``)
+REFERENCE_RELEASE = "0.5.23"

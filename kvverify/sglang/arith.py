@@ -23,19 +23,10 @@ Names follow SGLang 0.5.23 (``python/sglang/srt``):
 from __future__ import annotations
 
 from kvverify.reference.ops import Num, cdiv, floordiv, max_, min_
+from kvverify.sglang import fixes, flaws
 
 #: ``max_req_input_len = max_req_len - 5`` (``tp_worker.py``): room for a few special tokens
 INPUT_BOUND_SLACK = 5
-
-
-def _flaw(name: str) -> bool:
-    from kvverify.sglang import flaws
-    return flaws.is_on(name)
-
-
-def _fix(name: str) -> bool:
-    from kvverify.sglang import fixes
-    return fixes.is_on(name)
 
 
 def ceil_paged_tokens(num_tokens: Num, page_size: Num) -> Num:
@@ -65,7 +56,7 @@ def max_req_input_len(context_len: Num, kv_capacity: Num, page_size: Num) -> Num
     Fix ``sglang_input_bound_page_aware`` (finding SG1): also at most
     ``kv_capacity - page_size``, what ``PrefillAdder`` can admit on an empty pool."""
     bound = max_req_len(context_len, kv_capacity) - INPUT_BOUND_SLACK
-    if _fix("sglang_input_bound_page_aware"):
+    if fixes.is_on("sglang_input_bound_page_aware"):
         bound = min_(bound, kv_capacity - page_size)
     return bound
 
@@ -82,7 +73,7 @@ def clamped_max_new_tokens(requested: Num, input_len: Num, req_len_bound: Num, t
 
     Flaw ``sglang_max_new_tokens_unclamped`` (#28530, before #25126): no memory clamp."""
     by_len = min_(requested, req_len_bound - input_len - 1)
-    if _flaw("sglang_max_new_tokens_unclamped"):
+    if flaws.is_on("sglang_max_new_tokens_unclamped"):
         return max_(0, by_len)
     return max_(0, min_(by_len, token_capacity - ceil_paged_tokens(input_len, page_size) - page_size - 1))
 
@@ -102,7 +93,7 @@ def decode_tokens_required(seq_len: Num, tokens_per_step: Num, page_size: Num) -
     """Slots one request's next decode step allocates: the pages it starts, in tokens
     (``new_tokens_required_next_decode``; one page when ``seq_len % page_size == 0`` at one
     token per step). Flaw ``sglang_decode_mem_counts_tokens`` (#4602): ``tokens_per_step``."""
-    if _flaw("sglang_decode_mem_counts_tokens"):
+    if flaws.is_on("sglang_decode_mem_counts_tokens"):
         return tokens_per_step
     return num_new_pages(seq_len, tokens_per_step, page_size) * page_size
 
@@ -113,22 +104,18 @@ def retract_budget_tokens(seq_len: Num, tokens_per_step: Num, page_size: Num) ->
     Equal to :func:`decode_tokens_required` since #9989. Flaws: ``sglang_retract_counts_tokens``
     (#9982 / #6731: one token per step, no pages), ``sglang_retract_ignores_multiplier``
     (#14939: pages for one token, ignoring the tokens-per-step multiplier)."""
-    if _flaw("sglang_retract_counts_tokens"):
+    if flaws.is_on("sglang_retract_counts_tokens"):
         return tokens_per_step
-    if _flaw("sglang_retract_ignores_multiplier"):
+    if flaws.is_on("sglang_retract_ignores_multiplier"):
         return num_new_pages(seq_len, 1, page_size) * page_size
     return decode_tokens_required(seq_len, tokens_per_step, page_size)
 
 
 def profiled_max_total_num_tokens(available_bytes: Num, cell_size: Num, page_size: Num) -> Num:
     """``calculate_pool_sizes``: ``max(available, 0) // cell_size``, floored to whole pages.
-
-    Flaw ``sglang_profiled_tokens_negative`` (#7691): a negative budget is not clamped."""
-    budget = available_bytes if _flaw("sglang_profiled_tokens_negative") else max_(available_bytes, 0)
-    if _flaw("sglang_profiled_tokens_negative"):
-        # upstream then: int(rest_memory * 2**30 // cell_size) -- Python floors negatives down
-        return floordiv(budget, cell_size)
-    return floor_paged_tokens(floordiv(budget, cell_size), page_size)
+    (Flaw ``sglang_profiled_tokens_negative``, #7691, is switched where the pool is resolved,
+    :func:`kvverify.sglang.pool.resolve_max_total_num_tokens`.)"""
+    return floor_paged_tokens(floordiv(max_(available_bytes, 0), cell_size), page_size)
 
 
 def capped_max_total_num_tokens(profiled: Num, max_total_tokens: Num, page_size: Num) -> Num:

@@ -74,7 +74,7 @@ class SglangConfig:
         return (self.init_new_token_ratio - self.min_new_token_ratio) / NEW_TOKEN_RATIO_DECAY_STEPS
 
     def describe(self) -> str:
-        pool = (f"C={self.max_total_num_tokens}" if self.max_total_num_tokens is not None
-                else f"bytes={self.available_bytes} cell={self.cell_size}")
+        pool = (f"C={self.max_total_num_tokens} pages={self.max_total_num_tokens // self.page_size}"
+                if self.max_total_num_tokens is not None else f"bytes={self.available_bytes} cell={self.cell_size}")
         return (f"P={self.page_size} ctx={self.context_len} {pool} chunk={self.chunked_prefill_size} "
                 f"k={self.tokens_per_step}")

@@ -10,13 +10,14 @@ from hypothesis import strategies as st
 
 from kvverify.hypothesis_hooks import given
 from kvverify.props.recorder import recorded
+from kvverify.sglang.config import SglangConfig
 from kvverify.sglang.props import _draw_retraction, require
 from kvverify.sglang.strategies import AdmissionCase, admission_cases, pool_cases
 from kvverify.targets.base import TargetUnsupported
-from kvverify.targets.sglang_contract import AdmissionProbe, PoolProbe, RetractProbe, SglangCapability
+from kvverify.targets.sglang_contract import AdmissionProbe, PoolProbe, RetractProbe, SglangCapability, SglangTarget
 
 
-def _reference() -> Any:
+def _reference() -> SglangTarget:
     from kvverify.targets.sglang_reference import SglangReferenceTarget
     return SglangReferenceTarget()
 
@@ -50,14 +51,14 @@ def first_difference(ref: dict[str, Any], real: dict[str, Any]) -> str | None:
     return None
 
 
-def _real(target: Any) -> None:
+def _real(target: SglangTarget) -> None:
     """(``properties/test_sglang_differential.py`` hands these the installed SGLang only.)"""
     require(target, SglangCapability.ADMISSION)
 
 
 @given(case=admission_cases())
 @recorded
-def test_sglang_differential_admission(target: Any, case: AdmissionCase) -> None:
+def test_sglang_differential_admission(target: SglangTarget, case: AdmissionCase) -> None:
     """Validation bound, verdicts, the max_new clamp and PrefillAdder's answer agree."""
     _real(target)
     note(case.config.describe())
@@ -69,7 +70,7 @@ def test_sglang_differential_admission(target: Any, case: AdmissionCase) -> None
 
 @given(data=st.data())
 @recorded
-def test_sglang_differential_retraction(target: Any, data: Any) -> None:
+def test_sglang_differential_retraction(target: SglangTarget, data: Any) -> None:
     """check_decode_mem, who retract_decode retracts or aborts, and the pool after, agree."""
     _real(target)
     require(target, SglangCapability.RETRACTION)
@@ -88,7 +89,7 @@ def test_sglang_differential_retraction(target: Any, data: Any) -> None:
 
 @given(config=pool_cases())
 @recorded
-def test_sglang_differential_pool(target: Any, config: Any) -> None:
+def test_sglang_differential_pool(target: SglangTarget, config: SglangConfig) -> None:
     """The derived pool (or the startup refusal) agrees."""
     _real(target)
     require(target, SglangCapability.POOL)

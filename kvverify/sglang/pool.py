@@ -29,17 +29,23 @@ def check_server_args(config: SglangConfig) -> None:
 
 
 def resolve_max_total_num_tokens(config: SglangConfig) -> int:
-    """The pool size in tokens the engine starts with (or :class:`SglangStartupError`)."""
+    """The pool size in tokens the engine starts with (or :class:`SglangStartupError`).
+
+    Flaw ``sglang_profiled_tokens_negative`` (#7691): the profiled count as SGLang computed it
+    then, ``rest_memory * 2**30 // cell_size`` unclamped (Python floors a negative budget
+    further down), and no refusal of a pool of ``<= 0`` tokens."""
     check_server_args(config)
+    unchecked = flaws.is_on("sglang_profiled_tokens_negative")
     if config.max_total_num_tokens is not None:
         tokens = int(arith.floor_paged_tokens(config.max_total_num_tokens, config.page_size))
     else:
         assert config.available_bytes is not None and config.cell_size is not None  # validated
-        tokens = int(arith.profiled_max_total_num_tokens(config.available_bytes, config.cell_size,
-                                                         config.page_size))
+        tokens = (config.available_bytes // config.cell_size if unchecked else
+                  int(arith.profiled_max_total_num_tokens(config.available_bytes, config.cell_size,
+                                                          config.page_size)))
     if config.max_total_tokens is not None:
         tokens = int(arith.capped_max_total_num_tokens(tokens, config.max_total_tokens, config.page_size))
-    if tokens <= 0 and not flaws.is_on("sglang_profiled_tokens_negative"):
+    if tokens <= 0 and not unchecked:
         raise SglangStartupError(f"Not enough memory: the KV pool would hold {tokens} tokens "
                                  f"(page_size={config.page_size}). Please try to increase --mem-fraction-static.")
     return tokens

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import pytest
 from hypothesis import assume, event, note
 from hypothesis import strategies as st
 
@@ -23,6 +22,8 @@ from kvverify.hypothesis_hooks import given
 from kvverify.invariants.base import Violation, assert_no_violations
 from kvverify.props.recorder import recorded
 from kvverify.sglang import fixes as sglang_fixes
+from kvverify.sglang.config import SglangConfig
+from kvverify.sglang.driver import SglangRequestSpec
 from kvverify.sglang.invariants import (
     check_pool_is_allocator_pool,
     check_retraction_frees_enough,
@@ -33,25 +34,30 @@ from kvverify.sglang.invariants import (
 from kvverify.sglang.strategies import AdmissionCase, RetractionCase, admission_cases, configs, pool_cases, \
     retraction_cases, workloads
 from kvverify.targets.base import TargetUnsupported
-from kvverify.targets.sglang_contract import SglangCapability
+from kvverify.targets.sglang_contract import (
+    RetractProbe,
+    SglangAdmissionTarget,
+    SglangCapability,
+    SglangRetractionTarget,
+    SglangSchedulerTarget,
+    SglangTarget,
+    SglangTargetBase,
+    require_capability,
+)
 
 #: known finding -> its fix option (``kvverify/sglang/fixes.py``)
 KNOWN_FINDINGS = {"SG1": "sglang_input_bound_page_aware"}
 
 
-def require(target: Any, capability: SglangCapability) -> None:
-    """Skip (with the reason) when ``target`` does not offer ``capability``."""
-    if capability not in target.sglang_capabilities:
-        pytest.skip(f"{target.name} does not offer {capability.value} "
-                    f"({getattr(target, 'missing_reason', {}).get(capability, 'not detected')})")
+require = require_capability  #: skip (with the target's reason) when it lacks a capability
 
 
-def _reference() -> Any:
+def _reference() -> SglangTarget:
     from kvverify.targets.sglang_reference import SglangReferenceTarget
     return SglangReferenceTarget()
 
 
-def explained_by_known(target: Any, rerun: Callable[[Any], list[Violation]],
+def explained_by_known(target: SglangTarget, rerun: Callable[[SglangTarget], list[Violation]],
                        violations: list[Violation], *, only: Sequence[str] | None = None) -> str | None:
     """The known finding ``violations`` are: the faithful reference shows the same ones, and
     under that finding's fix it shows none. (Flaws stay on: a flaw's own violation is not
@@ -70,14 +76,14 @@ def explained_by_known(target: Any, rerun: Callable[[Any], list[Violation]],
     return None
 
 
-def _admission_violations(target: Any, case: AdmissionCase) -> list[Violation]:
+def _admission_violations(target: SglangAdmissionTarget, case: AdmissionCase) -> list[Violation]:
     probe = target.probe_admission(case.config, case.input_len, case.max_new_tokens)
     return check_validated_is_schedulable(probe, case.input_len)
 
 
 @given(case=admission_cases())
 @recorded
-def test_sglang_validated_request_is_schedulable(target: Any, case: AdmissionCase) -> None:
+def test_sglang_validated_request_is_schedulable(target: SglangTarget, case: AdmissionCase) -> None:
     """A request ``validate_input_length`` and ``init_req_max_new_tokens`` accept is admitted by
     ``PrefillAdder`` on an empty pool (#28530 / #25126, #29249)."""
     require(target, SglangCapability.ADMISSION)
@@ -91,14 +97,14 @@ def test_sglang_validated_request_is_schedulable(target: Any, case: AdmissionCas
 
 @given(case=admission_cases())
 @recorded
-def test_sglang_validated_request_is_schedulable_sg1(target: Any, case: AdmissionCase) -> None:
+def test_sglang_validated_request_is_schedulable_sg1(target: SglangTarget, case: AdmissionCase) -> None:
     """The same, unexplained: fails on SGLang 0.5.23 and the reference (finding SG1, a strict
     known failure); passes under ``--fix sglang_input_bound_page_aware``."""
     require(target, SglangCapability.ADMISSION)
     assert_no_violations(_admission_violations(target, case))
 
 
-def _retraction_probe(target: Any, case: RetractionCase) -> Any:
+def _retraction_probe(target: SglangRetractionTarget, case: RetractionCase) -> RetractProbe:
     try:
         return target.probe_retraction(case.config, case.batch)
     except TargetUnsupported as e:
@@ -106,7 +112,7 @@ def _retraction_probe(target: Any, case: RetractionCase) -> Any:
         assume(False)
 
 
-def _draw_retraction(target: Any, data: Any, tokens_per_step: int | None) -> RetractionCase:
+def _draw_retraction(target: SglangTargetBase, data: Any, tokens_per_step: int | None) -> RetractionCase:
     """A retraction case the target can run: page size 1 only without ``PAGED``."""
     paged = SglangCapability.PAGED in target.sglang_capabilities
     if not paged:
@@ -117,7 +123,7 @@ def _draw_retraction(target: Any, data: Any, tokens_per_step: int | None) -> Ret
 
 @given(data=st.data())
 @recorded
-def test_sglang_retraction_frees_enough(target: Any, data: Any) -> None:
+def test_sglang_retraction_frees_enough(target: SglangTarget, data: Any) -> None:
     """After ``check_decode_mem`` / ``retract_decode`` the kept batch's decode step is allocated,
     and no page is lost (#4602, #9982 / #6731, #14939)."""
     require(target, SglangCapability.RETRACTION)
@@ -130,7 +136,7 @@ def test_sglang_retraction_frees_enough(target: Any, data: Any) -> None:
 
 @given(data=st.data())
 @recorded
-def test_sglang_retraction_terminates_with_reason(target: Any, data: Any) -> None:
+def test_sglang_retraction_terminates_with_reason(target: SglangTarget, data: Any) -> None:
     """When even one request cannot take its next decode step, it is aborted with a reason:
     never an assertion (#14948) nor a raise (#19881)."""
     require(target, SglangCapability.RETRACTION)
@@ -143,7 +149,7 @@ def test_sglang_retraction_terminates_with_reason(target: Any, data: Any) -> Non
 
 @given(config=pool_cases())
 @recorded
-def test_sglang_pool_size_is_allocator_pool(target: Any, config: Any) -> None:
+def test_sglang_pool_size_is_allocator_pool(target: SglangTarget, config: SglangConfig) -> None:
     """The pool derived at startup is positive, page-aligned, within the budget, and the
     allocator's; a budget without a pool is a clear startup error (#7691)."""
     require(target, SglangCapability.POOL)
@@ -152,13 +158,14 @@ def test_sglang_pool_size_is_allocator_pool(target: Any, config: Any) -> None:
     assert_no_violations(check_pool_is_allocator_pool(probe, config))
 
 
-def _workload_violations(target: Any, config: Any, workload: Sequence[Any]) -> list[Violation]:
+def _workload_violations(target: SglangSchedulerTarget, config: SglangConfig,
+                         workload: Sequence[SglangRequestSpec]) -> list[Violation]:
     return check_workload_finishes(target.run_workload(config, workload))
 
 
 @given(config=configs(max_pages=10), data=st.data())
 @recorded
-def test_sglang_admitted_workload_finishes(target: Any, config: Any, data: Any) -> None:
+def test_sglang_admitted_workload_finishes(target: SglangTarget, config: SglangConfig, data: Any) -> None:
     """Under any workload every admitted request finishes or is aborted with a reason: no
     stall (by progress, not a step cap), no exception out of the scheduler."""
     require(target, SglangCapability.SCHEDULER)

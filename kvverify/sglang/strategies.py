@@ -54,6 +54,10 @@ class AdmissionCase:
     input_len: int
     max_new_tokens: int
 
+    def describe(self) -> str:
+        """One line: the config, the request."""
+        return f"{self.config.describe()}; input_len={self.input_len} max_new_tokens={self.max_new_tokens}"
+
 
 @st.composite
 def admission_cases(draw: st.DrawFn) -> AdmissionCase:
@@ -72,6 +76,12 @@ def admission_cases(draw: st.DrawFn) -> AdmissionCase:
 class RetractionCase:
     config: SglangConfig
     batch: tuple[DecodingReqSpec, ...]
+
+    def describe(self) -> str:
+        """One line: the config, then each decoding request (``seq`` = tokens held before the step)."""
+        reqs = ", ".join(f"seq={b.input_len + b.output_len - 1} (in={b.input_len} out={b.output_len} "
+                         f"max_new={b.max_new_tokens})" for b in self.batch)
+        return f"{self.config.describe()}; batch: {reqs}"
 
 
 @st.composite

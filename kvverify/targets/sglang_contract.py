@@ -3,10 +3,13 @@
 vLLM reserves at admission; SGLang admits optimistically and retracts under decode
 pressure, so its guarantees are stated for that design. An SGLang target (the SGLang
 reference, :class:`kvverify.targets.sglang_reference.SglangReferenceTarget`, or the adapter
-over an installed SGLang, :mod:`kvverify.targets.sglang`) lists the capabilities it offers
-in ``sglang_capabilities``; each capability is one sub-protocol, and a property needing a
-capability the target lacks is skipped with the reason (a release without it is *unknown
-drift*, never a pass nor a defect). The guarantees, one property each
+over an installed SGLang, :mod:`kvverify.targets.sglang`) answers :class:`SglangTargetBase`
+(name, version, the capabilities it offers in ``sglang_capabilities``, and ``lacks`` — why
+not, for the rest); each capability is one sub-protocol (:data:`SGLANG_CAPABILITY_PROTOCOLS`),
+and a property needing a capability the target lacks calls :func:`require_capability` and is
+skipped with the reason (a release without it is *unknown drift*, never a pass nor a defect).
+:func:`kvverify.targets.sglang_conformance.check_sglang_target` checks a target against the
+members these protocols declare. The guarantees, one property each
 (:mod:`kvverify.sglang.props`):
 
 1. **admission** — a request the input validation accepts (``validate_input_length`` and
@@ -33,6 +36,7 @@ from typing import Protocol
 
 from kvverify.sglang.config import SglangConfig
 from kvverify.sglang.driver import SglangRequestSpec, SglangSchedulerLike, SglangWorkloadResult
+from kvverify.targets.base import protocol_members, skip_or_raise
 
 
 class SglangCapability(str, enum.Enum):
@@ -136,24 +140,41 @@ class SglangSchedulerTarget(Protocol):
         ...
 
 
-class SglangTarget(SglangPoolTarget, SglangAdmissionTarget, SglangRetractionTarget, SglangSchedulerTarget,
-                   Protocol):
+class SglangTargetBase(Protocol):
+    """What every SGLang target answers, whatever capabilities it offers (as vLLM's
+    :class:`~kvverify.targets.base.TargetBase`): properties ask these, never a name."""
+
+    @property
+    def name(self) -> str:
+        """The name it reports under (``sglang-reference``; ``sglang-X.Y.Z`` for an installed release)."""
+        ...
+
+    @property
+    def version(self) -> str:
+        """The SGLang release it answers for (the reference: the release it mirrors)."""
+        ...
+
+    @property
+    def sglang_capabilities(self) -> frozenset[SglangCapability]:
+        """The capability groups it really offers."""
+        ...
+
+    def lacks(self, capability: SglangCapability) -> str | None:
+        """``None`` if it offers ``capability``, else why not (the skip reason, naming the
+        target or release)."""
+        ...
+
+
+class SglangTarget(SglangTargetBase, SglangPoolTarget, SglangAdmissionTarget, SglangRetractionTarget,
+                   SglangSchedulerTarget, Protocol):
     """The whole SGLang contract; ``sglang_capabilities`` says which groups are really offered."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def engine(self) -> str: ...
-
-    @property
-    def sglang_capabilities(self) -> frozenset[SglangCapability]: ...
 
 
 class SglangPagedTarget(Protocol):
     """``SglangCapability.PAGED``: no methods of its own; the retraction probe takes any page size."""
 
 
+#: capability -> the sub-protocol holding its methods
 SGLANG_CAPABILITY_PROTOCOLS: dict[SglangCapability, type] = {
     SglangCapability.PAGED: SglangPagedTarget,
     SglangCapability.POOL: SglangPoolTarget,
@@ -164,10 +185,23 @@ SGLANG_CAPABILITY_PROTOCOLS: dict[SglangCapability, type] = {
 
 
 def sglang_capability_methods(capability: SglangCapability) -> tuple[str, ...]:
-    proto = SGLANG_CAPABILITY_PROTOCOLS[capability]
-    return tuple(n for n, v in vars(proto).items() if callable(v) and not n.startswith("_"))
+    """The members a target offering ``capability`` must have (read off its sub-protocol)."""
+    return tuple(protocol_members(SGLANG_CAPABILITY_PROTOCOLS[capability]))
 
 
-__all__ = ["AdmissionProbe", "DecodingReqSpec", "PoolProbe", "RetractProbe", "SGLANG_CAPABILITY_PROTOCOLS",
-           "SglangAdmissionTarget", "SglangCapability", "SglangPoolTarget", "SglangRetractionTarget",
-           "SglangSchedulerTarget", "SglangTarget", "sglang_capability_methods"]
+#: the members every SGLang target has (read off :class:`SglangTargetBase`)
+SGLANG_BASE_MEMBERS: tuple[str, ...] = tuple(protocol_members(SglangTargetBase))
+
+
+def require_capability(target: SglangTargetBase, capability: SglangCapability) -> None:
+    """Go on if ``target`` offers ``capability``; else skip the property with the target's
+    reason (:func:`~kvverify.targets.base.skip_or_raise`)."""
+    why = target.lacks(capability)
+    if why is not None:
+        skip_or_raise(why)
+
+
+__all__ = ["AdmissionProbe", "DecodingReqSpec", "PoolProbe", "RetractProbe", "SGLANG_BASE_MEMBERS",
+           "SGLANG_CAPABILITY_PROTOCOLS", "SglangAdmissionTarget", "SglangCapability", "SglangPagedTarget",
+           "SglangPoolTarget", "SglangRetractionTarget", "SglangSchedulerTarget", "SglangTarget", "SglangTargetBase",
+           "require_capability", "sglang_capability_methods"]

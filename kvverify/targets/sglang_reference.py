@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kvverify.sglang import REFERENCE_RELEASE
 from kvverify.sglang.batch import ScheduleBatch
 from kvverify.sglang.config import SglangConfig
 from kvverify.sglang.driver import SglangRequestSpec, SglangWorkloadResult, run_workload
@@ -33,8 +34,11 @@ class SglangReferenceTarget:
     """Every SGLang capability, on :mod:`kvverify.sglang`."""
 
     name = "sglang-reference"
-    engine = "sglang"
+    version = REFERENCE_RELEASE
     sglang_capabilities = frozenset(SglangCapability)
+
+    def lacks(self, capability: SglangCapability) -> str | None:
+        return None
 
     def derive_pool(self, config: SglangConfig) -> PoolProbe:
         try:

@@ -1,7 +1,7 @@
 """Release differences, read off the installed SGLang's code (capability detection, never a
 version list): which capabilities it offers, how its constructors are called, which
 attributes a method reads. Anything the adapter cannot map is :class:`SglangDriftError`
-(or, for a whole capability, its ``missing_reason``) — never a defect or a pass.
+(or, for a whole capability, the reason its target's ``lacks`` gives) — never a defect or a pass.
 """
 
 from __future__ import annotations

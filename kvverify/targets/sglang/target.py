@@ -1,4 +1,4 @@
-"""``SglangTarget``: the SGLang contract over the installed release's real objects."""
+"""``SglangReleaseTarget``: the SGLang contract over the installed release's real objects."""
 
 from __future__ import annotations
 
@@ -12,18 +12,21 @@ from kvverify.targets.sglang_contract import AdmissionProbe, DecodingReqSpec, Po
     SglangCapability
 
 
-class SglangTarget:
+class SglangReleaseTarget:
     """The installed SGLang. ``sglang_capabilities`` is what this release offers
-    (:func:`kvverify.targets.sglang.compat.detect`); ``missing_reason`` says why not for the rest."""
-
-    engine = "sglang"
+    (:func:`kvverify.targets.sglang.compat.detect`); ``lacks`` says why not for the rest."""
 
     def __init__(self) -> None:
         self.version = env.version()
         self.name = f"sglang-{self.version}"
         caps, missing = compat.detect()
         self.sglang_capabilities: frozenset[SglangCapability] = caps
-        self.missing_reason: dict[SglangCapability, str] = missing
+        self._missing: dict[SglangCapability, str] = missing
+
+    def lacks(self, capability: SglangCapability) -> str | None:
+        if capability in self.sglang_capabilities:
+            return None
+        return f"{self.name} does not offer {capability.value} ({self._missing.get(capability, 'not detected')})"
 
     def derive_pool(self, config: SglangConfig) -> PoolProbe:
         with env.LOCK:
@@ -38,7 +41,7 @@ class SglangTarget:
             return probes.probe_retraction(config, batch)
 
     def scheduler(self, config: SglangConfig) -> SglangSchedulerLike:
-        raise TargetUnsupported(self.missing_reason.get(SglangCapability.SCHEDULER, "not offered"))
+        raise TargetUnsupported(self.lacks(SglangCapability.SCHEDULER) or "not offered")
 
     def run_workload(self, config: SglangConfig, workload: Sequence[SglangRequestSpec]) -> SglangWorkloadResult:
-        raise TargetUnsupported(self.missing_reason.get(SglangCapability.SCHEDULER, "not offered"))
+        raise TargetUnsupported(self.lacks(SglangCapability.SCHEDULER) or "not offered")
