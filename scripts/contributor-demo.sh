@@ -8,11 +8,14 @@
 #    (scripts/install-vllm-target.sh --editable);
 # 2. runs the suite on it: it passes;
 # 3. reverts one seed fix in the checkout (#47272, the null-block reservation of the startup check),
-#    commits it, and runs `kvverify diff --base 0.33.0` against the released 0.33.0: the new
-#    failures are listed, each named `null_block_not_reserved`, exit 1;
+#    commits it as a pull request would, and runs `kvverify diff --base <the commit before it>`
+#    (a git worktree of the base commit, a vLLM source tree: what scripts/vllm-fork-workflow.yml
+#    does on a fork's pull request): the new failures are listed, each named
+#    `null_block_not_reserved`, exit 1;
 # 4. reverts the revert (git revert): the suite passes again.
 # Every step's exit status is checked; the last line says DEMO OK or what went wrong.
 # WORK_DIR (default /tmp/kvverify-contributor-demo) keeps the checkout and its venv between runs.
+# KVVERIFY_DEMO_BASE=0.33.0 compares step 3 against that installed release instead (--base-venvs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -46,15 +49,26 @@ bash scripts/install-vllm-target.sh --editable "$CHECKOUT" "$VENV" | tail -n 3
 say "2. the suite on the checkout (expected: passes)"
 suite checkout
 
-say "3. revert #47272 (the null-block reservation) in the checkout, commit, and kvverify diff --base 0.33.0"
+say "3. revert #47272 (the null-block reservation) in the checkout, commit, and kvverify diff --base <its parent>"
 git -C "$CHECKOUT" apply "$ROOT/scripts/contributor-demo/revert-47272-null-block.diff"
 git -C "$CHECKOUT" -c user.name=contributor -c user.email=c@localhost commit -q -am "Revert the null-block reservation of #47272"
 "$PY" scripts/make_vllm_checkout.py "$CHECKOUT" --stamp
+git -C "$CHECKOUT" diff --stat HEAD~1 | cat
+BASE_ARGS=()
+if [[ -n "${KVVERIFY_DEMO_BASE:-}" ]]; then
+  BASE_ARGS=(--base "$KVVERIFY_DEMO_BASE" --venvs "$BASE_VENVS")
+else
+  rm -rf "$WORK/base"; git -C "$CHECKOUT" worktree prune
+  git -C "$CHECKOUT" worktree add -q --detach "$WORK/base" HEAD~1
+  "$PY" scripts/make_vllm_checkout.py "$WORK/base" --stamp
+  BASE_ARGS=(--base "$WORK/base")
+fi
 t=$SECONDS
 set +e
-"$VENV/bin/kvverify" diff --base 0.33.0 --venvs "$BASE_VENVS" --reports-root "$WORK/diff"
-rc=$?
+"$VENV/bin/kvverify" diff "${BASE_ARGS[@]}" --reports-root "$WORK/diff" 2> "$WORK/diff.log" | tee "$WORK/diff.txt"
+rc=${PIPESTATUS[0]}
 set -e
+if [[ -z "${KVVERIFY_DEMO_BASE:-}" ]]; then git -C "$CHECKOUT" worktree remove --force "$WORK/base"; fi
 echo "kvverify diff: exit $rc in $((SECONDS - t)) s"
 [[ $rc -eq 1 ]] || { echo "DEMO FAILED: kvverify diff should exit 1 on the reverted fix (got $rc)"; exit 1; }
 
