@@ -747,3 +747,44 @@ def test_same_invariant_with_another_diagnosis_is_explained(monkeypatch: pytest.
         return reports.ReplayOutcome(False, "rejected", "")
     monkeypatch.setattr(reports, "replay_report", fake_replay)
     assert explain.explain_report({"violation": hol})["flaws"] == ["null_block_not_reserved"]
+
+
+def test_publishing_one_release_keeps_the_published_ones(tmp_path: Path) -> None:
+    """Issue 27: run the new releases only, render from all stored ones. A release published
+    with its whole result (``"result"`` in the data) renders again from the data; one published
+    before results were stored is carried: its data entry as it was, its page cells and section
+    verbatim; the new release is added in version order."""
+    import json
+
+    from kvverify.releases import legacy
+
+    outs = parse_junit(_junit(tmp_path))
+    d1 = Defect("properties/test_startup.py::test_startup_check_passes_implies_servable",
+                "[startup.not_servable] x", "Falsifying example: f(case=1)", "reports/releases/0.27.1/t.json",
+                ["null_block_not_reserved"], replay_on_release=1, forward={"0.28.0": 1, "0.29.0": 0})
+    doc = tmp_path / "docs" / "releases.md"
+    doc.parent.mkdir()
+    old = _result("0.27.1", outs, [d1])
+    kept = _result("0.33.0", [Outcome(o.nodeid, "passed") for o in outs], [])
+    page = render([old, kept], repo_root=tmp_path, doc_path=doc)
+    data = summary([old, kept])
+    assert data["releases"][1]["result"]["version"] == "0.33.0"
+    del data["releases"][0]["result"]  # 0.27.1 was published before results were stored
+    doc.write_text(page)
+    doc.with_suffix(".json").write_text(json.dumps(data))
+    assert [r.version for r in legacy.published(doc.with_suffix(".json"))] == ["0.33.0"]
+    carried = legacy.carried(doc.with_suffix(".json"), doc, {"0.33.0", "0.18.1"})
+    assert carried.versions == ["0.27.1"]
+    new = _result("0.18.1", [Outcome(o.nodeid, "skipped", "Skipped: no gate") for o in outs], [])
+    text = render([new, kept], repo_root=tmp_path, doc_path=doc, carried=carried)
+    assert "| property | 0.18.1 | 0.27.1 | 0.33.0 |" in text
+    row = next(ln for ln in text.splitlines() if ln.startswith("| `test_startup.py::test_startup_check"))
+    assert row.endswith("| skip | **FAILS** | pass |")
+    section = legacy.page_sections(page)["0.27.1"]
+    assert section in text and "fixed between 0.28.0 and 0.29.0" in section
+    assert legacy.page_rows(page)["0.27.1"] in text  # its row of the Releases table, verbatim
+    assert "| null_block_not_reserved | · | test_startup_check_passes_implies_servable | · |" in text
+    merged = summary([new, kept], carried)
+    assert [e["version"] for e in merged["releases"]] == ["0.18.1", "0.27.1", "0.33.0"]
+    assert merged["releases"][1] == data["releases"][0]  # carried as published
+

@@ -76,7 +76,7 @@ def cmd_releases(args: argparse.Namespace) -> int:
         else:
             print(sglang_releases.render_md(sg_runs))
         return 0
-    from kvverify.releases import runs, store  # here, not at parser build: they import the suite's machinery
+    from kvverify.releases import legacy, runs, store  # here, not at parser build: they import the suite's machinery
     from kvverify.releases.publish import publish
 
     root = repo_root()
@@ -111,10 +111,17 @@ def cmd_releases(args: argparse.Namespace) -> int:
             runs.run_release(rv, root, out_root, workers=args.workers, profile=args.profile, timeout=args.timeout,
                              max_passes=args.max_passes, replay_check=not args.no_replay_check, venvs=found)
     results = store.load_results(out_root)
-    ran = {r.version for r in results}
     project_page = args.publish and args.output is None  # the project's page: its README table too
-    publish(results, repo_root=root, doc=doc, not_run=[rv.version for rv in found if rv.version not in ran],
-            readme=root / "README.md" if project_page else None)
+    shown, carried = list(results), None
+    if args.publish:  # every release published before stays: stored in the data, or carried (releases/legacy.py)
+        data = root / "docs" / "releases.json"
+        have = {r.version for r in results}
+        shown += [r for r in legacy.published(data) if r.version not in have]
+        shown.sort(key=lambda r: venvs.version_key(r.version))
+        carried = legacy.carried(data, root / "docs" / "releases.md", {r.version for r in shown})
+    ran = {r.version for r in shown} | set(carried.versions if carried else ())
+    publish(shown, repo_root=root, doc=doc, not_run=[rv.version for rv in found if rv.version not in ran],
+            readme=root / "README.md" if project_page else None, carried=carried)
     if args.json:
         print(json.dumps(store.results_json(results), indent=1))
     else:
