@@ -125,7 +125,7 @@ def computed_blocks(kvm: Any, req: Any) -> tuple[Any, int]:
 
 #: get_num_blocks_to_allocate keywords a release may lack and that can go (no cap, no end)
 GATE_DROPPABLE = {"num_local_computed_tokens": None, "apply_admission_cap": True, "prefill_end": 0,
-                  "num_tokens_main_model": None}  # the last: == num_tokens without speculation (absent <= 0.14)
+                  "num_tokens_main_model": None}  # the last: == num_tokens without speculation (absent in 0.14)
 
 
 def admit_on_empty_pool(target: VllmTarget, plan: StartupPlan, num_tokens: int) -> tuple[bool, dict[str, int]]:
@@ -169,7 +169,7 @@ def request(target: VllmTarget, view: UpstreamKVCacheManager, request_id: str, p
             max_tokens: int, priority: int = 0, arrival_time: float | None = None) -> Any:
     up = target.up
     extra: dict[str, Any] = {}
-    if up.compat.has("Request", "eos_token_id"):  # a required argument before 0.18 (ignore_eos anyway)
+    if up.compat.has("Request", "eos_token_id"):  # a required argument up to 0.16 (ignore_eos anyway)
         extra["eos_token_id"] = None
     return up.Request(request_id=request_id, prompt_token_ids=list(prompt),
                       sampling_params=up.SamplingParams(max_tokens=max_tokens, ignore_eos=True),
