@@ -68,8 +68,8 @@ def culprit(exc: BaseException) -> str | None:
     in a site-packages package other than vLLM / kvverify), or the module a
     ``ModuleNotFoundError`` names; ``None`` when vLLM's own code raised."""
     if isinstance(exc, ModuleNotFoundError) and exc.name:
-        top = exc.name.split(".")[0]
-        return None if top in _OWN else top
+        missing = exc.name.split(".")[0]
+        return None if missing in _OWN else missing
     stdlib = _stdlib_dirs()
     for path in reversed(_frames(exc.__traceback__)):
         top = _top_level(path)
@@ -103,11 +103,11 @@ def vllm_requirement(dist: str, requires: Iterable[str] | None = None) -> str | 
 
 
 def _requirement_cls() -> Any:
+    import importlib
     try:
-        from packaging.requirements import Requirement
+        return importlib.import_module("packaging.requirements").Requirement
     except ImportError:  # a venv without packaging: pip's own copy
-        from pip._vendor.packaging.requirements import Requirement  # type: ignore[no-redef]
-    return Requirement
+        return importlib.import_module("pip._vendor.packaging.requirements").Requirement
 
 
 def unmet_requirements(dist: str) -> list[tuple[str, str | None]]:
