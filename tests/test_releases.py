@@ -788,3 +788,19 @@ def test_publishing_one_release_keeps_the_published_ones(tmp_path: Path) -> None
     assert [e["version"] for e in merged["releases"]] == ["0.18.1", "0.27.1", "0.33.0"]
     assert merged["releases"][1] == data["releases"][0]  # carried as published
 
+
+
+def test_committed_page_renders_again_from_the_committed_data() -> None:
+    """docs/releases.md is a function of docs/releases.json (the stored results in it) and the
+    releases it carries (:mod:`kvverify.releases.legacy`): publishing one release rewrites
+    nobody else's rows."""
+    from kvverify.releases import legacy
+
+    doc, data = REPO / "docs" / "releases.md", REPO / "docs" / "releases.json"
+    page = doc.read_text()
+    stored = legacy.published(data)
+    carried = legacy.carried(data, doc, {r.version for r in stored})
+    not_run = next((ln.removeprefix("Installed but not run yet: ").rstrip(".").split(", ")
+                    for ln in page.splitlines() if ln.startswith("Installed but not run yet: ")), [])
+    again = render(stored, repo_root=REPO, doc_path=doc, not_run=not_run, carried=carried)
+    assert again.rstrip("\n") == page.rstrip("\n")

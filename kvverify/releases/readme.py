@@ -12,12 +12,23 @@ from typing import Any
 
 from kvverify import flaws
 from kvverify.props.attribution import parts
+from kvverify.releases.defects import Defect
 from kvverify.releases.page import md
 from kvverify.releases.store import write_atomic
 from kvverify.releases.venvs import version_key
 
 README_BEGIN = "<!-- kvverify releases: real-release zoo table (generated from docs/releases.json; do not edit) -->"
 README_END = "<!-- end of the generated real-release zoo table -->"
+
+
+def _between(failure: Mapping[str, Any], version: str) -> tuple[str, str] | None:
+    """A failure's ``fixed_between`` (A, B); for data written before that field, the same from its
+    ``forward`` replays (:meth:`kvverify.releases.defects.Defect.fixed_between`)."""
+    if failure.get("fixed_between"):
+        a, b = failure["fixed_between"]
+        return str(a), str(b)
+    forward = dict(failure.get("forward") or {})
+    return Defect("", "", "", None, [], forward=forward).fixed_between(version)
 
 
 def zoo_real_release_section(data: Mapping[str, Any]) -> str:
@@ -62,7 +73,7 @@ def zoo_real_release_section(data: Mapping[str, Any]) -> str:
             fails = [f for fs in alone.values() for f in fs]
             with_report = [f for f in fails if f.get("report")]
             own = sum(f.get("replay_on_release") == 1 for f in with_report)
-            fixed = sorted({tuple(f["fixed_between"]) for f in with_report if f.get("fixed_between")},
+            fixed = sorted({ab for v, fs in alone.items() for f in fs if f.get("report") and (ab := _between(f, v))},
                            key=lambda ab: (version_key(ab[1]), version_key(ab[0])))
             forwarded = any(f.get("forward") for f in with_report)
             cell = ", ".join(alone) + f" ({len(fails)} failure{'s' * (len(fails) != 1)}"
