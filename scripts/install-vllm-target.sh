@@ -3,10 +3,11 @@
 # OWN virtual environment, together with kvverify itself (editable), for
 # kvverify's `vllm` target.
 #
-#   scripts/install-vllm-target.sh [--force] [--version X.Y.Z] [VENV_DIR]
+#   scripts/install-vllm-target.sh [--force] [--version X.Y.Z] [--editable CHECKOUT] [VENV_DIR]
 #
-# --version X.Y.Z  the release; its lock constraints/vllm-X.Y.Z.txt must exist
-#                  (one lock per release; `ls constraints/` lists them).
+# --version X.Y.Z  the release. With a lock (constraints/vllm-X.Y.Z.txt; `ls constraints/`
+#                  lists them) it is installed exactly; without one it is installed
+#                  UNLOCKED, from the release's own metadata (below), and says so loudly.
 # VENV_DIR defaults, for the pin, to $KVVERIFY_VLLM_VENV, else <repo>/.venv-vllm;
 # for any other release to <repo>/.venv-vllm-X.Y.Z (both gitignored).
 # kvverify's release matrix (`kvverify releases`) looks for /work/venvs/vllm-X.Y.Z
@@ -20,6 +21,19 @@
 # (a lock, installed with --no-deps: nothing is re-resolved). A lock may carry a
 # `# requires-python: >=A.B,<C.D` line (the release's Python bounds; default
 # >=3.11,<3.15).
+#
+# --editable CHECKOUT  a vLLM source checkout (yours: main, a branch) installed editable
+#                  (pip install -e --no-deps, VLLM_TARGET_DEVICE=empty: Python only) in place
+#                  of the release's wheel; everything else from the lock of --version
+#                  (default the pin). VENV_DIR defaults to <CHECKOUT>/.venv-kvverify.
+#
+# Unlocked (a release without a lock, e.g. --version 0.24.0): torch's CPU build (the
+# pin's torch), vllm --no-deps, then vLLM's own Requires-Dist minus the GPU stack
+# (scripts/vllm_metadata_requirements.py: the locks' rule), resolved by pip with torch and
+# Hypothesis held fixed; xgrammar / apache-tvm-ffi at vLLM's pins without their deps. What
+# pip resolved is recorded in <venv>/.kvverify-unlocked-freeze.txt (freeze it into a lock
+# with scripts/make-vllm-lock.sh). A dependency that then fails to import is named, with its
+# fix, on one line.
 #
 # Outcomes (the last line printed says which):
 #   READY: <venv>/bin/python          exit 0   the venv is installed and verified
@@ -55,14 +69,19 @@ REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
 FORCE=0
 VENV_ARG=""
 VERSION_ARG=""
+EDITABLE_ARG=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --force) FORCE=1 ;;
-    -h|--help) sed -n '2,48p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
     --version)
       [[ $# -ge 2 ]] || { echo "$TAG --version needs a value (X.Y.Z)" >&2; exit 2; }
       VERSION_ARG="$2"; shift ;;
     --version=*) VERSION_ARG="${1#--version=}" ;;
+    --editable)
+      [[ $# -ge 2 ]] || { echo "$TAG --editable needs a vLLM checkout directory" >&2; exit 2; }
+      EDITABLE_ARG="$2"; shift ;;
+    --editable=*) EDITABLE_ARG="${1#--editable=}" ;;
     -*) echo "$TAG unknown option: $1" >&2; exit 2 ;;
     *)
       if [[ -n "$VENV_ARG" ]]; then echo "$TAG only one VENV_DIR may be given" >&2; exit 2; fi
@@ -76,13 +95,31 @@ VLLM_VERSION="${VERSION_ARG:-$PINNED_VERSION}"
   || { echo "$TAG --version must look like X.Y.Z, got '$VLLM_VERSION'" >&2; exit 2; }
 readonly VLLM_VERSION
 CONSTRAINTS="$REPO_ROOT/constraints/vllm-${VLLM_VERSION}.txt"
+UNLOCKED=0
 if [[ ! -f "$CONSTRAINTS" ]]; then
+  UNLOCKED=1
   AVAILABLE="$(cd "$REPO_ROOT/constraints" 2>/dev/null && ls vllm-*.txt 2>/dev/null \
     | sed -e 's/^vllm-//' -e 's/\.txt$//' | sort -V | tr '\n' ' ')"
-  echo "$TAG ERROR: no lock for vLLM $VLLM_VERSION (constraints/vllm-${VLLM_VERSION}.txt does not exist); releases with a lock: ${AVAILABLE:-none}" >&2
-  exit 2
+  # the CPU torch and the pin's Python bounds come from the pin's lock
+  CONSTRAINTS="$REPO_ROOT/constraints/vllm-${PINNED_VERSION}.txt"
+  echo "$TAG !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+  echo "$TAG !! UNLOCKED: vLLM $VLLM_VERSION has no lock (constraints/vllm-${VLLM_VERSION}.txt); it is"
+  echo "$TAG !! installed from its own metadata (Requires-Dist minus the GPU stack), resolved by pip"
+  echo "$TAG !! today: not reproducible. Releases with a lock: ${AVAILABLE:-none}"
+  echo "$TAG !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
 fi
-if [[ "$VLLM_VERSION" == "$PINNED_VERSION" ]]; then
+readonly UNLOCKED
+EDITABLE=""
+if [[ -n "$EDITABLE_ARG" ]]; then
+  [[ -f "$EDITABLE_ARG/vllm/__init__.py" ]] \
+    || { echo "$TAG --editable: $EDITABLE_ARG is not a vLLM checkout (no vllm/__init__.py)" >&2; exit 2; }
+  [[ $UNLOCKED -eq 0 ]] || { echo "$TAG --editable needs a lock for its dependencies (--version X.Y.Z with a lock)" >&2; exit 2; }
+  EDITABLE="$(cd "$EDITABLE_ARG" && pwd)"
+fi
+readonly EDITABLE
+if [[ -n "$EDITABLE" ]]; then
+  DEFAULT_VENV="$EDITABLE/.venv-kvverify"
+elif [[ "$VLLM_VERSION" == "$PINNED_VERSION" ]]; then
   DEFAULT_VENV="${KVVERIFY_VLLM_VENV:-$REPO_ROOT/.venv-vllm}"
 else
   DEFAULT_VENV="$REPO_ROOT/.venv-vllm-$VLLM_VERSION"
@@ -137,8 +174,11 @@ PY
 TORCH_PIN="$(grep -E '^torch==' "$CONSTRAINTS" | head -n1)"
 [[ -n "$TORCH_PIN" ]] || die "no torch== pin in $CONSTRAINTS"
 
+HYPOTHESIS_PIN="$(grep -oE 'hypothesis==[0-9.]+' "$REPO_ROOT/pyproject.toml" | head -n1)"
+[[ -n "$HYPOTHESIS_PIN" ]] || die "no hypothesis== pin in pyproject.toml"
+
 # The lock stamp names everything the heavy part depends on.
-LOCK_KEY="$("$PYTHON" - "$CONSTRAINTS" "$SCRIPT_REV" "$TORCH_INDEX_URL" <<'PY'
+LOCK_KEY="$("$PYTHON" - "$CONSTRAINTS" "$SCRIPT_REV" "$TORCH_INDEX_URL" "unlocked=$UNLOCKED:$VLLM_VERSION" "editable=$EDITABLE" <<'PY'
 import hashlib, sys
 h = hashlib.sha256(open(sys.argv[1], "rb").read())
 h.update(("|".join(sys.argv[2:]) + "|" + sys.version).encode())
@@ -161,6 +201,15 @@ SELF_READY=0
 if [[ $FORCE -eq 0 && -x "$VPY" ]] && stamp_ok "$LOCK_STAMP" "$LOCK_KEY"; then
   LOCK_READY=1
   stamp_ok "$SELF_STAMP" "$SELF_KEY" && SELF_READY=1
+elif [[ $FORCE -eq 0 && $UNLOCKED -eq 0 && -z "$EDITABLE" && -x "$VPY" && -f "$VENV/pyvenv.cfg" ]] \
+    && (cd / && vllm_env "$VPY" "$SCRIPT_DIR/verify_vllm_install.py" "$CONSTRAINTS" "$VLLM_VERSION" \
+          "$REPO_ROOT/kvverify/targets/vllm/compat.py" >/dev/null 2>&1); then
+  # a venv that already holds exactly the lock (say, the unlocked install the lock was frozen
+  # from, scripts/make-vllm-lock.sh): verified, not rebuilt
+  log "$VENV already holds every pin of $(basename "$CONSTRAINTS") exactly: reusing it"
+  rm -rf "$VENV/.kvverify-unlocked-freeze.txt" "$VENV/.kvverify-unlocked"   # locked from now on
+  echo "$LOCK_KEY" > "$LOCK_STAMP"
+  LOCK_READY=1
 fi
 
 # ------------------------------------------------------------------- venv
@@ -203,7 +252,7 @@ if [[ $LOCK_READY -eq 0 || $SELF_READY -eq 0 ]]; then
 fi
 
 # ------------------------------------------------------------- the pinned lock
-if [[ $LOCK_READY -eq 0 ]]; then
+if [[ $LOCK_READY -eq 0 && $UNLOCKED -eq 0 ]]; then
   t=$SECONDS
   TORCH_ARGS=()
   [[ -n "$TORCH_INDEX_URL" ]] && TORCH_ARGS=(--extra-index-url "$TORCH_INDEX_URL")
@@ -214,18 +263,81 @@ if [[ $LOCK_READY -eq 0 ]]; then
   step_done "torch" "$t"
 
   t=$SECONDS
-  log "step 2/3: the lock ($(grep -cE '^[A-Za-z0-9_.-]+==' "$CONSTRAINTS") pins, incl. vllm==$VLLM_VERSION, xgrammar, apache-tvm-ffi), --no-deps"
-  bounded "$STEP_TIMEOUT" "${PIP[@]}" install --progress-bar off -q --no-deps -r "$CONSTRAINTS" \
+  LOCK_FILE="$CONSTRAINTS"
+  if [[ -n "$EDITABLE" ]]; then  # the checkout replaces the release's wheel
+    LOCK_FILE="$VENV/.kvverify-editable-lock.txt"
+    grep -vE '^vllm==' "$CONSTRAINTS" > "$LOCK_FILE"
+  fi
+  log "step 2/3: the lock ($(grep -cE '^[A-Za-z0-9_.-]+==' "$LOCK_FILE") pins, $([[ -n "$EDITABLE" ]] && echo "vllm from $EDITABLE" || echo "incl. vllm==$VLLM_VERSION"), xgrammar, apache-tvm-ffi), --no-deps"
+  bounded "$STEP_TIMEOUT" "${PIP[@]}" install --progress-bar off -q --no-deps -r "$LOCK_FILE" \
     || die "could not install the pinned lock $CONSTRAINTS"
+  if [[ -n "$EDITABLE" ]]; then
+    if [[ -f "$EDITABLE/setup.py" ]]; then  # a real vLLM checkout: its build needs these (no compilation)
+      bounded "$STEP_TIMEOUT" "${PIP[@]}" install --progress-bar off -q -c "$LOCK_FILE" setuptools-scm \
+        || die "could not install the build requirements of $EDITABLE"
+    fi
+    log "step 2b/3: vLLM editable from $EDITABLE (--no-deps, Python only)"
+    bounded "$STEP_TIMEOUT" env VLLM_TARGET_DEVICE=empty "${PIP[@]}" install --progress-bar off -q --no-deps \
+        --no-build-isolation -e "$EDITABLE" || die "could not install $EDITABLE editable"
+    echo "$EDITABLE" > "$VENV/.kvverify-editable"
+  fi
   step_done "lock (vllm + deps)" "$t"
+fi
+
+# ------------------------------------------------- unlocked: the release's own metadata
+FREEZE="$VENV/.kvverify-unlocked-freeze.txt"
+if [[ $LOCK_READY -eq 0 && $UNLOCKED -eq 1 ]]; then
+  t=$SECONDS
+  TORCH_ARGS=()
+  [[ -n "$TORCH_INDEX_URL" ]] && TORCH_ARGS=(--extra-index-url "$TORCH_INDEX_URL")
+  log "step 1/3 (unlocked): $TORCH_PIN (CPU build, --no-deps)"
+  bounded "$STEP_TIMEOUT" "${PIP[@]}" install --progress-bar off -q --no-deps \
+      ${TORCH_ARGS[@]+"${TORCH_ARGS[@]}"} "$TORCH_PIN" || die "could not install $TORCH_PIN"
+  log "step 2/3 (unlocked): vllm==$VLLM_VERSION --no-deps, then its own Requires-Dist minus the GPU stack"
+  bounded "$STEP_TIMEOUT" "${PIP[@]}" install --progress-bar off -q --no-deps "vllm==$VLLM_VERSION" \
+    || die "could not install vllm==$VLLM_VERSION --no-deps"
+  REQS_DIR="$VENV/.kvverify-unlocked"
+  "$VPY" "$SCRIPT_DIR/vllm_metadata_requirements.py" "$REQS_DIR" | sed "s/^/$TAG   /" \
+    || die "could not read vLLM $VLLM_VERSION's requirements from its metadata"
+  sed "s/^/$TAG   left out: /" "$REQS_DIR/left-out.txt"
+  printf '%s\n%s\n' "$TORCH_PIN" "$HYPOTHESIS_PIN" > "$REQS_DIR/held.txt"   # never moved by the resolution
+  set +e
+  bounded "$STEP_TIMEOUT" "${PIP[@]}" install --progress-bar off -q -c "$REQS_DIR/held.txt" \
+      ${TORCH_ARGS[@]+"${TORCH_ARGS[@]}"} -r "$REQS_DIR/requirements.txt" "$HYPOTHESIS_PIN" \
+      > "$REQS_DIR/pip.log" 2>&1
+  PIP_RC=$?
+  set -e
+  # pip's complaints about the GPU stack left out (vllm X requires torch==..., flashinfer...) are expected
+  grep -vE "^vllm [^ ]+ requires |^ERROR: pip's dependency resolver does not currently|^WARNING: Location" \
+    "$REQS_DIR/pip.log" || true
+  [[ $PIP_RC -eq 0 ]] \
+    || die "pip could not resolve vLLM $VLLM_VERSION's own requirements next to $TORCH_PIN (see above); write a lock instead (docs/add-a-release.md)"
+  if [[ -s "$REQS_DIR/nodeps.txt" ]]; then
+    # their versions chosen by pip together, with their dependencies (a dry run: nothing installed),
+    # then installed without them (the dependencies pull triton and a CUDA torch)
+    bounded "$STEP_TIMEOUT" "${PIP[@]}" install --progress-bar off -q --dry-run --ignore-installed \
+        --report "$REQS_DIR/nodeps-report.json" -c "$REQS_DIR/held.txt" -r "$REQS_DIR/nodeps.txt" \
+      || die "pip could not resolve $(tr '\n' ' ' < "$REQS_DIR/nodeps.txt")together"
+    "$VPY" "$SCRIPT_DIR/vllm_metadata_requirements.py" --pick-nodeps "$REQS_DIR/nodeps-report.json" \
+        "$REQS_DIR/nodeps-pins.txt" | sed "s/^/$TAG   /"
+    bounded "$STEP_TIMEOUT" "${PIP[@]}" install --progress-bar off -q --no-deps -r "$REQS_DIR/nodeps-pins.txt" \
+      || die "could not install $(tr '\n' ' ' < "$REQS_DIR/nodeps-pins.txt")--no-deps"
+  fi
+  "$VPY" -m pip freeze --all --exclude-editable 2>/dev/null | grep -vE '^(pip|kvverify)==' | sort -f > "$FREEZE"
+  step_done "unlocked (vllm + its metadata)" "$t"
 fi
 
 # -------------------------------------------------------------- verification
 t=$SECONDS
 log "verifying the vLLM install (versions, KV-cache imports, no CUDA, vLLM's own specifiers)"
 # the modules are the adapter's own list (MODULES in kvverify/targets/vllm/compat.py), read
-# from its source: kvverify is not installed yet (see scripts/verify_vllm_install.py)
-(cd / && vllm_env "$VPY" "$SCRIPT_DIR/verify_vllm_install.py" "$CONSTRAINTS" "$VLLM_VERSION" \
+# from its source: kvverify is not installed yet (see scripts/verify_vllm_install.py);
+# unlocked, there are no pins to check ("-")
+VERIFY_LOCK="$CONSTRAINTS"
+VERIFY_VERSION="$VLLM_VERSION"
+[[ $UNLOCKED -eq 1 ]] && VERIFY_LOCK="-"
+if [[ -n "$EDITABLE" ]]; then VERIFY_LOCK="$VENV/.kvverify-editable-lock.txt"; VERIFY_VERSION="*"; fi
+(cd / && vllm_env "$VPY" "$SCRIPT_DIR/verify_vllm_install.py" "$VERIFY_LOCK" "$VERIFY_VERSION" \
     "$REPO_ROOT/kvverify/targets/vllm/compat.py"
 ) || die "verification of the vLLM install failed (see above)"
 echo "$LOCK_KEY" > "$LOCK_STAMP"
@@ -236,7 +348,9 @@ if [[ $SELF_READY -eq 0 ]]; then
   t=$SECONDS
   log "step 3/3: kvverify (editable, from $REPO_ROOT), its own deps constrained by the lock"
   rm -f "$SELF_STAMP"
-  bounded "$STEP_TIMEOUT" "${PIP[@]}" install --progress-bar off -q -c "$CONSTRAINTS" -e "$REPO_ROOT" \
+  SELF_CONS="$CONSTRAINTS"
+  [[ $UNLOCKED -eq 1 ]] && SELF_CONS="$FREEZE"   # what pip resolved stays as it is
+  bounded "$STEP_TIMEOUT" "${PIP[@]}" install --progress-bar off -q -c "$SELF_CONS" -e "$REPO_ROOT" \
     || die "could not install kvverify (pip install -e $REPO_ROOT)"
   step_done "kvverify -e" "$t"
 fi
@@ -259,11 +373,16 @@ echo "$SELF_KEY" > "$SELF_STAMP"
 
 # ------------------------------------------------------------------ report
 if [[ $LOCK_READY -eq 0 ]]; then  # a fresh install: record its cost (`kvverify releases` shows it)
-  printf '{"vllm": "%s", "install_seconds": %d, "python": "%s", "date": "%s"}\n' \
-    "$VLLM_VERSION" "$(( SECONDS - T0 ))" "$("$VPY" -c 'import platform; print(platform.python_version())')" \
+  printf '{"vllm": "%s", "install_seconds": %d, "locked": %s, "python": "%s", "date": "%s"}\n' \
+    "$VLLM_VERSION" "$(( SECONDS - T0 ))" "$([[ $UNLOCKED -eq 1 ]] && echo false || echo true)" \
+    "$("$VPY" -c 'import platform; print(platform.python_version())')" \
     "$(date -u +%Y-%m-%dT%H:%MZ)" > "$VENV/.kvverify-install.json"
 fi
 log "timings: ${TIMINGS[*]:-nothing to do}; total $(( SECONDS - T0 ))s"
 log "venv size: $(du -sh "$VENV" 2>/dev/null | cut -f1)  ($VENV)"
 log "run with: VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 $VPY ..."
+if [[ $UNLOCKED -eq 1 ]]; then
+  log "!! UNLOCKED: vLLM $VLLM_VERSION was installed from its own metadata, not from a lock;"
+  log "!! what pip resolved: $FREEZE (scripts/make-vllm-lock.sh $VLLM_VERSION $VENV turns it into a lock)"
+fi
 echo "READY: $VPY"

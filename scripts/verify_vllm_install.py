@@ -2,7 +2,8 @@
 
     <venv>/bin/python scripts/verify_vllm_install.py LOCK VERSION COMPAT_PY
 
-1. every pin in the lock is installed at exactly that version;
+1. every pin in the lock is installed at exactly that version (LOCK ``-``: an unlocked
+   install, from the release's own metadata: no pins to check);
 2. nothing CUDA-ish slipped in;
 3. every vLLM requirement that is installed satisfies vLLM's specifier (torch* excepted:
    2.13.0+cpu instead of 2.14.0 is deliberate);
@@ -23,9 +24,11 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.metadata as md
+import importlib.util
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def adapter_modules(compat_py: Path | str) -> tuple[str, ...]:
@@ -43,6 +46,17 @@ def adapter_modules(compat_py: Path | str) -> tuple[str, ...]:
                 return modules
             break
     raise SystemExit(f"{compat_py}: no MODULES = (\"module\", ...) tuple of module names")
+
+
+def load_deps(compat_py: Path | str) -> Any:
+    """kvverify/targets/vllm/deps.py (next to COMPAT_PY), loaded by path: it imports nothing of kvverify."""
+    path = Path(compat_py).with_name("deps.py")
+    spec = importlib.util.spec_from_file_location("kvverify_vllm_deps", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load {path}")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def import_if_shipped(name: str) -> bool:
@@ -69,7 +83,7 @@ def main(argv: list[str]) -> int:
 
     # 1. every pin in the lock is installed at exactly that version
     pins = {}
-    for line in open(lock_path):
+    for line in (open(lock_path) if lock_path != "-" else []):
         line = line.split("#", 1)[0].strip()
         if line:
             m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==(\S+)", line)
@@ -103,15 +117,17 @@ def main(argv: list[str]) -> int:
     if torch.version.cuda is not None:
         problems.append(f"torch is a CUDA build ({torch.__version__})")
     import vllm
-    if vllm.__version__ != want_vllm:
+    if want_vllm != "*" and vllm.__version__ != want_vllm:  # "*": an editable checkout, any version
         problems.append(f"vllm.__version__ is {vllm.__version__}, want {want_vllm}")
     shipped = 0
     modules = adapter_modules(compat_py)
+    broken = load_deps(compat_py)
     for mod in modules:
         try:
             shipped += import_if_shipped(mod)
         except Exception as e:  # noqa: BLE001 - report every failure
-            problems.append(f"import {mod} failed: {type(e).__name__}: {e}")
+            line = broken.broken_dependency(e)  # the package that broke it, and the fix
+            problems.append(f"import {mod} failed: {line or f'{type(e).__name__}: {e}'}")
 
     if problems:
         print("VERIFY FAILED:", *problems, sep="\n  ", file=sys.stderr)

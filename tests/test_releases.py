@@ -26,7 +26,15 @@ from kvverify.releases.readme import README_BEGIN, README_END, update_readme, zo
 from kvverify.releases.replays import replay_batch_main, replay_command, replay_defects, replay_on
 from kvverify.releases.store import load_results, write_result
 from kvverify.releases.suite import IGNORED, pytest_command
-from kvverify.releases.venvs import ENV_VENVS, STAMPS, ReleaseVenv, default_sources, discover, version_key
+from kvverify.releases.venvs import (
+    ENV_VENVS,
+    STAMPS,
+    UNLOCKED_FREEZE,
+    ReleaseVenv,
+    default_sources,
+    discover,
+    version_key,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -120,7 +128,7 @@ def test_render_matrix_summary_defects_and_skip_reasons(tmp_path: Path) -> None:
     assert "- 2 x vLLM 0.27.1 has no num_prefill_lookahead" in text
     assert "[t.md](../reports/releases/0.27.1/t.md)" in text and "exit 1 (reproduced)" in text
     assert "(pass 2)" in text
-    assert "0.28.0: exit 1, 0.29.0: exit 0 → **fixed in 0.29.0**" in text
+    assert "0.28.0: exit 1, 0.29.0: exit 0 → **fixed between 0.28.0 and 0.29.0**" in text
     assert "no report: a strict xfail passed" in text
     assert ("Replays (`kvverify replay`, in each release's venv): 1 failure(s) with a report; 1 reproduce on "
             "0.27.1 (exit 1); 1 pass on a later installed release (exit 0); 1 without a report") in text
@@ -129,7 +137,9 @@ def test_render_matrix_summary_defects_and_skip_reasons(tmp_path: Path) -> None:
                                                             not_run=["0.31.0"])
 
 
-def _fake_venv(root: Path, name: str, version: str | None, stamp: bool = True) -> Path:
+def _fake_venv(root: Path, name: str, version: str | None, stamp: bool | str = True) -> Path:
+    """``stamp``: True (both of the install script's stamps), False (none: a user's venv),
+    ``"lock"`` (the lock stamp only: the script is still installing), ``"unlocked"``."""
     v = root / name
     (v / "bin").mkdir(parents=True)
     (v / "bin" / "python").write_text("")
@@ -137,22 +147,28 @@ def _fake_venv(root: Path, name: str, version: str | None, stamp: bool = True) -
     site.mkdir(parents=True)
     if version:
         (site / f"vllm-{version}.dist-info").mkdir()
-    if stamp:
-        for s in STAMPS:
-            (v / s).write_text("x")
+    for s in (STAMPS if stamp in (True, "unlocked") else STAMPS[:1] if stamp == "lock" else ()):
+        (v / s).write_text("x")
+    if stamp == "unlocked":
+        (v / UNLOCKED_FREEZE).write_text("vllm==0.24.0\n")
     return v
 
 
-def test_discover_venvs_sorted_stamped_and_deduplicated(tmp_path: Path) -> None:
+def test_discover_venvs_sorted_any_provenance_and_deduplicated(tmp_path: Path) -> None:
+    """Any venv with vLLM counts (issue 27: "accepts any venv"), but one the install script is
+    still installing; each says where it came from."""
     _fake_venv(tmp_path, "vllm-0.27.1", "0.27.1")
-    _fake_venv(tmp_path, "vllm-0.9.2", "0.9.2")
-    _fake_venv(tmp_path, "vllm-0.31.0", "0.31.0", stamp=False)  # being installed: not yet a release venv
+    _fake_venv(tmp_path, "vllm-0.9.2", "0.9.2", stamp=False)  # a user's venv, no stamps
+    _fake_venv(tmp_path, "vllm-0.24.0", "0.24.0", stamp="unlocked")
+    _fake_venv(tmp_path, "vllm-0.31.0", "0.31.0", stamp="lock")  # being installed: not yet a release venv
     _fake_venv(tmp_path, "vllm-broken", None)  # no vLLM in it
     _fake_venv(tmp_path, "other", "0.20.0")  # not named like a release venv
     single = _fake_venv(tmp_path / "x", ".venv-vllm", "0.33.0")
-    found = discover([tmp_path, single, tmp_path])
-    assert [(r.version, r.path.name) for r in found] == [("0.9.2", "vllm-0.9.2"), ("0.27.1", "vllm-0.27.1"),
-                                                         ("0.33.0", ".venv-vllm")]
+    dev = _fake_venv(tmp_path / "y", "checkout-venv", "0.33.1.dev3+g1a2b3c4", stamp=False)  # an editable checkout
+    found = discover([tmp_path, single, tmp_path, dev])
+    assert [(r.version, r.path.name, r.provenance) for r in found] == [
+        ("0.9.2", "vllm-0.9.2", "user"), ("0.24.0", "vllm-0.24.0", "unlocked"), ("0.27.1", "vllm-0.27.1", "lock"),
+        ("0.33.0", ".venv-vllm", "lock"), ("0.33.1.dev3+g1a2b3c4", "checkout-venv", "user")]
     assert found[0].python == tmp_path / "vllm-0.9.2" / "bin" / "python"
     assert discover([tmp_path / "missing"]) == []
 
@@ -200,6 +216,42 @@ def test_ci_vllm_step_ignores_the_suites_list_and_keeps_no_copy(tmp_path: Path) 
     assert printed.returncode == 0 and printed.stdout.splitlines() == [f"--ignore={p}" for p in IGNORED]
 
 
+def test_fixed_between_names_the_last_release_that_still_fails() -> None:
+    """A replay that passes on B says upstream fixed it by B, after the last installed release it
+    still reproduces on (exit 1); releases it was rejected on (exit 2) or did not reach do not move A."""
+    d = Defect("p::t", "[a] x", "", "r.json", ["x"], replay_on_release=1,
+               forward={"0.22.0": 1, "0.25.0": 2, "0.27.1": 0, "0.28.0": 0})
+    assert d.fixed_in == "0.27.1" and d.fixed_between("0.20.0") == ("0.22.0", "0.27.1")
+    assert Defect("p::t", "", "", "r.json", [], forward={"0.22.0": 0}).fixed_between("0.20.0") == ("0.20.0", "0.22.0")
+    assert Defect("p::t", "", "", "r.json", [], forward={"0.22.0": 1}).fixed_between("0.20.0") is None
+
+
+def test_exit_status_is_by_the_releases_asked() -> None:
+    """``--release 0.33.0`` exits 0 when 0.33.0 is green, whatever older releases shipped (issue 27)."""
+    from kvverify.cli.releases import exit_status
+    bad = _result("0.20.0", [], [Defect("p::t", "[a] x", "", None, ["null_block_not_reserved"])])
+    good = _result("0.33.0", [], [])
+    assert exit_status([bad, good], ["0.33.0"]) == 0
+    assert exit_status([bad, good], ["0.20.0"]) == 1
+    assert exit_status([bad, good], []) == 1 and exit_status([good], []) == 0
+
+
+def test_project_files_are_written_only_with_publish(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ``--publish`` the page goes under the reports root; docs/ and README.md are untouched."""
+    from kvverify.cli import releases as cli_releases
+    fake_root = tmp_path / "checkout"
+    (fake_root / "docs").mkdir(parents=True)
+    (fake_root / "README.md").write_text(f"x\n{README_BEGIN}\nold\n{README_END}\n")
+    monkeypatch.setattr(cli_releases, "repo_root", lambda: fake_root)
+    reports = tmp_path / "r"
+    assert main(["releases", "--render-only", "--reports-root", str(reports), "--venvs", str(tmp_path / "none")]) == 0
+    assert (reports / "releases.md").is_file() and (reports / "releases.json").is_file()
+    assert not (fake_root / "docs" / "releases.md").exists() and "old" in (fake_root / "README.md").read_text()
+    assert main(["releases", "--render-only", "--publish", "--reports-root", str(reports),
+                 "--venvs", str(tmp_path / "none")]) == 0
+    assert (fake_root / "docs" / "releases.md").is_file() and "old" not in (fake_root / "README.md").read_text()
+
+
 def test_cli_render_only_and_bad_release(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "releases.md"
     assert main(["releases", "--render-only", "--reports-root", str(tmp_path / "r"), "--output", str(out)]) == 0
@@ -215,10 +267,15 @@ def _install(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60)
 
 
-def test_install_script_rejects_a_release_without_lock() -> None:
-    r = _install("--version", "9.9.9", "/nonexistent/venv")
-    assert r.returncode == 2
-    assert "no lock for vLLM 9.9.9" in r.stderr and "0.33.0" in r.stderr  # names the releases it has
+def test_install_script_installs_a_release_without_lock_unlocked_and_says_so(tmp_path: Path) -> None:
+    """No lock: the release's own metadata, announced loudly (issue 27); a release the index does not
+    offer then fails clearly (or the run skips when the index cannot be reached)."""
+    r = subprocess.run(["bash", str(REPO / "scripts" / "install-vllm-target.sh"), "--version", "9.9.9",
+                        str(tmp_path / "v")], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, KVVERIFY_SKIP_EXIT_CODE="75"))
+    assert "UNLOCKED: vLLM 9.9.9 has no lock (constraints/vllm-9.9.9.txt)" in r.stdout
+    assert "0.33.0" in r.stdout  # names the releases that have a lock
+    assert (r.returncode == 1 and "does not offer vllm==9.9.9" in r.stderr) or r.returncode == 75, r.stdout + r.stderr
 
 
 def test_install_script_argument_errors() -> None:
@@ -405,7 +462,7 @@ def test_replay_defects_on_the_release_then_forward_until_the_first_pass() -> No
                      ("0.27.1", ["r/a.json", "r/b.json", "r/c.json"]),  # a crash is not replayed forward
                      ("0.29.0", ["r/a.json", "r/c.json"])]  # b fixed in 0.27.1; c a known finding from 0.29.0
     da, db, dc, dd, de = (Defect(**d) for d in result.defects)
-    assert de.is_crash and de.forward == {} and "not replayed forward" in _forward(de)
+    assert de.is_crash and de.forward == {} and "not replayed forward" in _forward(de, "0.25.0")
     assert (da.replay_on_release, da.forward, da.fixed_in) == (1, {"0.27.1": 1, "0.29.0": 0}, "0.29.0")
     assert (db.forward, db.fixed_in, dc.fixed_in) == ({"0.27.1": 0}, "0.27.1", None)
     assert dc.replay_on_release == REPLAY_DIFFERENT and dd.forward == {} and dd.replay_on_release is None
@@ -487,8 +544,10 @@ def test_zoo_real_release_section_and_readme_update(tmp_path: Path) -> None:
     rows = {ln.split("|")[1].strip(): ln for ln in text.splitlines() if ln.startswith("| `")}
     assert set(rows) == {f"`{n}`" for n in flaws.CATALOG}
     assert rows["`null_block_not_reserved`"] == (
-        "| `null_block_not_reserved` | yes | 0.25.0 (1 failure; replays: 1/1 exit 1 on their release, first pass "
-        "(exit 0) on 0.29.0); 0.25.0 together with `mamba_align_zero_chunk` (1 failure) |")
+        "| `null_block_not_reserved` | yes | 0.25.0 (1 failure; replays: 1/1 exit 1 on their release, fixed "
+        "between 0.28.0 and 0.29.0); 0.25.0 together with `mamba_align_zero_chunk` (1 failure) |")
+    assert data["releases"][0]["failures"][0]["fixed_between"] == ["0.28.0", "0.29.0"]
+    assert data["releases"][0]["failures"][1]["fixed_between"] == ["0.25.0", "0.27.1"]  # its own release, then
     assert "later releases not replayed yet" in rows["`mamba_align_zero_chunk`"]
     amb = Defect("p::test_d", "[d] x", "", "r/d.json", ["autofit_ignores_null_block + swa_admission_uncapped",
                                                           "null_block_not_reserved + swa_admission_uncapped"])
@@ -688,3 +747,60 @@ def test_same_invariant_with_another_diagnosis_is_explained(monkeypatch: pytest.
         return reports.ReplayOutcome(False, "rejected", "")
     monkeypatch.setattr(reports, "replay_report", fake_replay)
     assert explain.explain_report({"violation": hol})["flaws"] == ["null_block_not_reserved"]
+
+
+def test_publishing_one_release_keeps_the_published_ones(tmp_path: Path) -> None:
+    """Issue 27: run the new releases only, render from all stored ones. A release published
+    with its whole result (``"result"`` in the data) renders again from the data; one published
+    before results were stored is carried: its data entry as it was, its page cells and section
+    verbatim; the new release is added in version order."""
+    import json
+
+    from kvverify.releases import legacy
+
+    outs = parse_junit(_junit(tmp_path))
+    d1 = Defect("properties/test_startup.py::test_startup_check_passes_implies_servable",
+                "[startup.not_servable] x", "Falsifying example: f(case=1)", "reports/releases/0.27.1/t.json",
+                ["null_block_not_reserved"], replay_on_release=1, forward={"0.28.0": 1, "0.29.0": 0})
+    doc = tmp_path / "docs" / "releases.md"
+    doc.parent.mkdir()
+    old = _result("0.27.1", outs, [d1])
+    kept = _result("0.33.0", [Outcome(o.nodeid, "passed") for o in outs], [])
+    page = render([old, kept], repo_root=tmp_path, doc_path=doc)
+    data = summary([old, kept])
+    assert data["releases"][1]["result"]["version"] == "0.33.0"
+    del data["releases"][0]["result"]  # 0.27.1 was published before results were stored
+    doc.write_text(page)
+    doc.with_suffix(".json").write_text(json.dumps(data))
+    assert [r.version for r in legacy.published(doc.with_suffix(".json"))] == ["0.33.0"]
+    carried = legacy.carried(doc.with_suffix(".json"), doc, {"0.33.0", "0.18.1"})
+    assert carried.versions == ["0.27.1"]
+    new = _result("0.18.1", [Outcome(o.nodeid, "skipped", "Skipped: no gate") for o in outs], [])
+    text = render([new, kept], repo_root=tmp_path, doc_path=doc, carried=carried)
+    assert "| property | 0.18.1 | 0.27.1 | 0.33.0 |" in text
+    row = next(ln for ln in text.splitlines() if ln.startswith("| `test_startup.py::test_startup_check"))
+    assert row.endswith("| skip | **FAILS** | pass |")
+    section = legacy.page_sections(page)["0.27.1"]
+    assert section in text and "fixed between 0.28.0 and 0.29.0" in section
+    assert legacy.page_rows(page)["0.27.1"] in text  # its row of the Releases table, verbatim
+    assert "| null_block_not_reserved | · | test_startup_check_passes_implies_servable | · |" in text
+    merged = summary([new, kept], carried)
+    assert [e["version"] for e in merged["releases"]] == ["0.18.1", "0.27.1", "0.33.0"]
+    assert merged["releases"][1] == data["releases"][0]  # carried as published
+
+
+
+def test_committed_page_renders_again_from_the_committed_data() -> None:
+    """docs/releases.md is a function of docs/releases.json (the stored results in it) and the
+    releases it carries (:mod:`kvverify.releases.legacy`): publishing one release rewrites
+    nobody else's rows."""
+    from kvverify.releases import legacy
+
+    doc, data = REPO / "docs" / "releases.md", REPO / "docs" / "releases.json"
+    page = doc.read_text()
+    stored = legacy.published(data)
+    carried = legacy.carried(data, doc, {r.version for r in stored})
+    not_run = next((ln.removeprefix("Installed but not run yet: ").rstrip(".").split(", ")
+                    for ln in page.splitlines() if ln.startswith("Installed but not run yet: ")), [])
+    again = render(stored, repo_root=REPO, doc_path=doc, not_run=not_run, carried=carried)
+    assert again.rstrip("\n") == page.rstrip("\n")

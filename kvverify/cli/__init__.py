@@ -11,6 +11,7 @@
     kvverify models               the model catalog
     kvverify releases             the suite against every installed vLLM release -> docs/releases.md
     kvverify findings             the findings: fix option, vLLM patch, upstream-style test, verified
+    kvverify diff --base X        the suite on a base vLLM and on yours: only what changed
 
 Exit status: 0 all as expected, 1 a check/property/lemma failed (or a flaw escaped),
 2 bad input (the message names the field).
@@ -93,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_findings_parser(sub)
     from kvverify.cli.releases import add_releases_parser
     add_releases_parser(sub)
+    from kvverify.cli.diff import add_diff_parser
+    add_diff_parser(sub)
     return p
 
 

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kvverify.releases
 from kvverify.cli.common import Formatter
 from kvverify.errors import ConfigError
 from kvverify.releases import venvs
+
+if TYPE_CHECKING:
+    from kvverify.releases.defects import ReleaseResult
 
 
 def add_releases_parser(sub: Any) -> None:
@@ -28,8 +33,12 @@ def add_releases_parser(sub: Any) -> None:
     r.add_argument("--release", action="append", default=[], metavar="X.Y.Z",
                    help="only these releases (repeatable); others keep their stored results")
     r.add_argument("--output", default=None, metavar="PATH",
-                   help="the Markdown page (default docs/releases.md; its data goes next to it as .json, and "
-                        "only the default page also regenerates the README's real-release zoo table)")
+                   help="the Markdown page (default <reports root>/releases.md, or docs/releases.md with --publish); "
+                        "its data goes next to it as .json")
+    r.add_argument("--publish", action="store_true",
+                   help="write the project's files: docs/releases.md, docs/releases.json and the README's "
+                        "real-release zoo table (what a maintainer commits after a run over every release; "
+                        "without it nothing outside the reports root is written)")
     r.add_argument("--reports-root", default=None, metavar="DIR",
                    help="per-release reports, JUnit and results (default reports/releases)")
     r.add_argument("--workers", type=int, default=2, help="pytest-xdist workers per run (0: no xdist)")
@@ -67,7 +76,7 @@ def cmd_releases(args: argparse.Namespace) -> int:
         else:
             print(sglang_releases.render_md(sg_runs))
         return 0
-    from kvverify.releases import runs, store  # here, not at parser build: they import the suite's machinery
+    from kvverify.releases import legacy, runs, store  # here, not at parser build: they import the suite's machinery
     from kvverify.releases.publish import publish
 
     root = repo_root()
@@ -77,12 +86,13 @@ def cmd_releases(args: argparse.Namespace) -> int:
     if args.max_passes < 1:
         raise ConfigError("max_passes", args.max_passes, "an integer >= 1")
     out_root = Path(args.reports_root) if args.reports_root else root / "reports" / "releases"
-    doc = Path(args.output) if args.output else root / "docs" / "releases.md"
+    doc = Path(args.output) if args.output else (root / "docs" / "releases.md" if args.publish
+                                                 else out_root / "releases.md")
     sources = [Path(p) for p in args.venvs] or venvs.default_sources(root)
     found = venvs.discover(sources)
     if args.list:
         for rv in found:
-            print(f"{rv.version}\t{rv.path}")
+            print(f"{rv.version}\t{rv.path}\t{rv.provenance}")
         return 0
     if not args.render_only:
         chosen = [rv for rv in found if not args.release or rv.version in args.release]
@@ -101,12 +111,26 @@ def cmd_releases(args: argparse.Namespace) -> int:
             runs.run_release(rv, root, out_root, workers=args.workers, profile=args.profile, timeout=args.timeout,
                              max_passes=args.max_passes, replay_check=not args.no_replay_check, venvs=found)
     results = store.load_results(out_root)
-    ran = {r.version for r in results}
-    project_page = args.output is None and args.reports_root is None  # the project's page: its README table too
-    publish(results, repo_root=root, doc=doc, not_run=[rv.version for rv in found if rv.version not in ran],
-            readme=root / "README.md" if project_page else None)
+    project_page = args.publish and args.output is None  # the project's page: its README table too
+    shown, carried = list(results), None
+    if args.publish:  # every release published before stays: stored in the data, or carried (releases/legacy.py)
+        data = root / "docs" / "releases.json"
+        have = {r.version for r in results}
+        shown += [r for r in legacy.published(data) if r.version not in have]
+        shown.sort(key=lambda r: venvs.version_key(r.version))
+        carried = legacy.carried(data, root / "docs" / "releases.md", {r.version for r in shown})
+    ran = {r.version for r in shown} | set(carried.versions if carried else ())
+    publish(shown, repo_root=root, doc=doc, not_run=[rv.version for rv in found if rv.version not in ran],
+            readme=root / "README.md" if project_page else None, carried=carried)
     if args.json:
         print(json.dumps(store.results_json(results), indent=1))
     else:
-        print(f"wrote {doc} ({len(results)} release(s))")
-    return 1 if any(d for r in results for d in r.defects) else 0
+        print(f"wrote {doc} ({len(results)} release(s))", file=sys.stderr)
+    return exit_status(results, args.release)
+
+
+def exit_status(results: Sequence[ReleaseResult], asked: Sequence[str]) -> int:
+    """1 when a release asked about (``--release``; none: every stored one) has a failure, else 0:
+    ``--release 0.33.0`` is green when 0.33.0 is, whatever older releases shipped."""
+    wanted = set(asked) or {r.version for r in results}
+    return 1 if any(r.defects for r in results if r.version in wanted) else 0

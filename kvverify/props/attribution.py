@@ -24,11 +24,14 @@ attributes the rest by replaying their reports on the reference
 (:func:`kvverify.releases.explain.explain_report`).
 
 A release can ship several zoo flaws, and an example can need two of them at once (a pool
-one block short *and* a chunk that rounds down to 0 tokens). When no single flaw reproduces
-a failure, pairs are tried: a combination is named ``A + B`` (:data:`COMBINED`), and only
-when neither flaw alone reproduces it. In-test, pairs are drawn from the absorbed flaws only
-(already identified on this release; cheap), so a later pass does not stop on an example
-that two identified defects explain together; ``explain_report`` tries every pair.
+one block short *and* a chunk that rounds down to 0 tokens): a combination is named ``A + B``
+(:data:`COMBINED`), tried for the flaws that do not reproduce it alone. Every minimal
+explanation is listed (issue 27: on a release with the null-block and the auto-fit defect,
+an auto-fit failure both explain names both), and a failure explained by an absorbed flaw is
+absorbed even when another flaw explains it too, so the search goes on to an example only
+the second one explains. In-test, the pairs tried have an absorbed flaw (already identified
+on this release; few) and any other: a pass that absorbs the null-block defect names the
+auto-fit defect an example needs together with it; ``explain_report`` tries every pair.
 """
 
 from __future__ import annotations
@@ -106,9 +109,11 @@ def explaining_flaws(violations: Sequence[Violation],
     """The flaws with which the reference reproduces ``violations`` (every name among them).
 
     The caller has already seen the faithful reference pass the same case. A rerun that
-    raises counts as not reproducing (the flaw does not explain this failure). When no
-    single flaw does, the pairs drawn from ``pair_candidates`` (none by default) are tried,
-    each returned as ``"A + B"`` (:func:`combination`).
+    raises counts as not reproducing (the flaw does not explain this failure). The pairs
+    with at least one flaw of ``pair_candidates`` (none by default) and neither of which
+    explains it alone are tried too, each returned as ``"A + B"`` (:func:`combination`):
+    every minimal explanation is listed, so one defect never hides another that explains the
+    failure too, alone or together with it.
     """
     wanted = {v.name for v in violations}
 
@@ -120,11 +125,13 @@ def explaining_flaws(violations: Sequence[Violation],
                 return False
         return bool(wanted) and wanted <= got
 
-    found = [f for f in sorted(candidates if candidates is not None else flaws.CATALOG) if reproduces([f])]
-    if found or pair_candidates is None:
+    names = sorted(candidates if candidates is not None else flaws.CATALOG)
+    found = [f for f in names if reproduces([f])]
+    if pair_candidates is None:
         return found
-    return [combination(pair) for pair in itertools.combinations(sorted(set(pair_candidates)), 2)
-            if reproduces(pair)]
+    anchors = set(pair_candidates) - set(found)  # every minimal explanation (issue 27)
+    pairs = sorted({tuple(sorted((a, b))) for a in anchors for b in names if b != a and b not in found})
+    return found + [combination(pair) for pair in pairs if reproduces(pair)]
 
 
 def absorb_or_name(violations: Sequence[Violation],
@@ -138,8 +145,9 @@ def absorb_or_name(violations: Sequence[Violation],
     from hypothesis import event, note
     from hypothesis.control import currently_in_test_context
 
-    # pairs only among the absorbed flaws: identified on this target already, and few
-    found = explaining_flaws(violations, on_reference, pair_candidates=m.absorb if len(m.absorb) > 1 else None)
+    # pairs with an absorbed flaw (identified on this target already, and few): a second defect
+    # that fails only together with the first is named, not "explained by no zoo flaw"
+    found = explaining_flaws(violations, on_reference, pair_candidates=m.absorb or None)
     in_test = currently_in_test_context()
     _log(m, violations, found)
     absorbed = [f for f in found if set(parts(f)) <= m.absorb]

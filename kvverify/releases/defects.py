@@ -43,6 +43,22 @@ class Defect:
         """The first later installed release on which the report's replay passes (exit 0)."""
         return next((v for v, rc in self.forward.items() if rc == 0), None)
 
+    def fixed_between(self, own_release: str) -> tuple[str, str] | None:
+        """``(A, B)``: upstream fixed it after A, the last installed release on which the report
+        still reproduces (exit 1; the release that failed, or a later one), and by B,
+        :attr:`fixed_in`. Releases that are not installed lie between them, so "fixed in B"
+        would claim more than the replays show (issue 27)."""
+        fixed = self.fixed_in
+        if fixed is None:
+            return None
+        last = own_release
+        for v, rc in self.forward.items():
+            if v == fixed:
+                break
+            if rc == 1:
+                last = v
+        return last, fixed
+
     @property
     def is_crash(self) -> bool:
         """An exception, not an invariant violation, that no zoo flaw explains."""
@@ -112,14 +128,25 @@ def add_defects(result: ReleaseResult, new: Sequence[Defect]) -> list[Defect]:
     return fresh
 
 
-def resolved_labels(defects: Sequence[Defect]) -> list[str]:
-    """Each defect's name within its release. A failure more than one zoo flaw (or pair) reproduces
-    (say ``null_block_not_reserved | override_ignored_in_check`` on a one-block override pool) is
-    named by the one candidate made only of flaws that some other failure of the same release
-    needs alone; otherwise it keeps every candidate."""
+def resolve(defects: Sequence[Defect]) -> list[tuple[str, list[str]]]:
+    """Each defect's name within its release, and the other explanations it stays consistent
+    with. A failure more than one zoo flaw (or pair) reproduces (say ``null_block_not_reserved |
+    override_ignored_in_check`` on a one-block override pool) is named by the one candidate made
+    only of flaws that some other failure of the same release needs alone; otherwise it keeps
+    every candidate. The candidates not picked are never dropped: they are the alternatives
+    (issue 27: an auto-fit failure named ``null_block_not_reserved`` still lists
+    ``autofit_first_group_only``)."""
     sole = {d.flaws[0] for d in defects if len(d.flaws) == 1 and COMBINED not in d.flaws[0]}
     out = []
     for d in defects:
         picked = [f for f in d.flaws if set(parts(f)) <= sole]
-        out.append(picked[0] if len(d.flaws) > 1 and len(picked) == 1 else d.label)
+        if len(d.flaws) > 1 and len(picked) == 1:
+            out.append((picked[0], [f for f in d.flaws if f != picked[0]]))
+        else:
+            out.append((d.label, []))
     return out
+
+
+def resolved_labels(defects: Sequence[Defect]) -> list[str]:
+    """Each defect's name within its release (:func:`resolve`)."""
+    return [label for label, _ in resolve(defects)]

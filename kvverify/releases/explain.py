@@ -69,8 +69,10 @@ def explain_report(report: Mapping[str, Any], candidates: Iterable[str] | None =
     then (``pairs``, when no single flaw does) with each pair of flaws on.
 
     Returns ``{"reference_reproduces": bool, "flaws": [...], "violation": name, "fixes": [...]}``:
-    the flaws (or ``"A + B"`` pairs) whose replay on the reference reproduces the recorded
-    violation (same name). Used by ``kvverify releases`` for failures recorded on a release.
+    every flaw, then every pair ``"A + B"`` of flaws neither of which does alone, whose replay
+    on the reference reproduces the recorded violation (same name) — all the minimal
+    explanations, so a defect that explains a failure never hides another that does too
+    (issue 27). Used by ``kvverify releases`` for failures recorded on a release.
     A crash (the release raised) is explained only by a replay that fails with the same error
     message (:func:`same_crash`); a crash without a message is never put down to a flaw.
 
@@ -105,8 +107,9 @@ def explain_report(report: Mapping[str, Any], candidates: Iterable[str] | None =
         if not fixes or reproduces([], fixes):
             return {"reference_reproduces": True, "flaws": [], "violation": recorded, "fixes": []}
     found = [f for f in names if reproduces([f], fixes)]
-    if not found and pairs:
-        found = [combination(pair) for pair in itertools.combinations(names, 2) if reproduces(list(pair), fixes)]
+    if pairs:  # every minimal explanation: the pairs of flaws neither of which explains it alone
+        rest = [f for f in names if f not in found]
+        found += [combination(pair) for pair in itertools.combinations(rest, 2) if reproduces(list(pair), fixes)]
     return {"reference_reproduces": faithful, "flaws": found, "violation": recorded, "fixes": fixes}
 
 

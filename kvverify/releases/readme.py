@@ -12,12 +12,23 @@ from typing import Any
 
 from kvverify import flaws
 from kvverify.props.attribution import parts
+from kvverify.releases.defects import Defect
 from kvverify.releases.page import md
 from kvverify.releases.store import write_atomic
 from kvverify.releases.venvs import version_key
 
 README_BEGIN = "<!-- kvverify releases: real-release zoo table (generated from docs/releases.json; do not edit) -->"
 README_END = "<!-- end of the generated real-release zoo table -->"
+
+
+def _between(failure: Mapping[str, Any], version: str) -> tuple[str, str] | None:
+    """A failure's ``fixed_between`` (A, B); for data written before that field, the same from its
+    ``forward`` replays (:meth:`kvverify.releases.defects.Defect.fixed_between`)."""
+    if failure.get("fixed_between"):
+        a, b = failure["fixed_between"]
+        return str(a), str(b)
+    forward = dict(failure.get("forward") or {})
+    return Defect("", "", "", None, [], forward=forward).fixed_between(version)
 
 
 def zoo_real_release_section(data: Mapping[str, Any]) -> str:
@@ -30,8 +41,9 @@ def zoo_real_release_section(data: Mapping[str, Any]) -> str:
     L = ["**Caught in real releases** ([docs/releases.md](docs/releases.md), `kvverify releases`): the unmodified",
          "suite on each release's own code (CPU-only). A failure is named by replaying its report on the reference",
          "with each zoo flaw (then each pair) switched on; the report is replayed on the release (`kvverify replay`,",
-         "exit 1 = reproduced) and on the later installed releases until it passes (exit 0: the first release",
-         "that fixed it). Releases run: " + (", ".join(ran) or "none") + ".", "",
+         "exit 1 = reproduced) and on the later installed releases until it passes (exit 0): upstream fixed it",
+         "between the last release it reproduces on and that one. Releases run: " + (", ".join(ran) or "none") + ".",
+         "",
          "| flaw | caught when re-introduced | caught in real release |", "|---|---|---|"]
     for name in flaws.CATALOG:
         alone: dict[str, list[dict[str, Any]]] = {}
@@ -44,6 +56,12 @@ def zoo_real_release_section(data: Mapping[str, Any]) -> str:
                     alone.setdefault(r["version"], []).append(f)
                     continue
                 if not any(name in parts(a) for a in alternatives):
+                    # named after another flaw, but this one explains it too (issue 27): say so
+                    also = [a for a in f.get("alternatives") or [] if name in parts(a)]
+                    if also:
+                        how = f"also consistent with a failure named `{lab}`" + (
+                            "" if also == [name] else f" (as {' or '.join(f'`{a}`' for a in also)})")
+                        shared[(r["version"], how)] = shared.get((r["version"], how), 0) + 1
                     continue
                 if len(alternatives) > 1:  # several explanations, this flaw in some
                     how = "ambiguous: " + " or ".join(f"`{a}`" for a in alternatives)
@@ -55,12 +73,13 @@ def zoo_real_release_section(data: Mapping[str, Any]) -> str:
             fails = [f for fs in alone.values() for f in fs]
             with_report = [f for f in fails if f.get("report")]
             own = sum(f.get("replay_on_release") == 1 for f in with_report)
-            fixed = sorted({f["fixed_in"] for f in with_report if f.get("fixed_in")}, key=version_key)
+            fixed = sorted({ab for v, fs in alone.items() for f in fs if f.get("report") and (ab := _between(f, v))},
+                           key=lambda ab: (version_key(ab[1]), version_key(ab[0])))
             forwarded = any(f.get("forward") for f in with_report)
             cell = ", ".join(alone) + f" ({len(fails)} failure{'s' * (len(fails) != 1)}"
             if with_report:
                 cell += (f"; replays: {own}/{len(with_report)} exit 1 on their release, "
-                         + (f"first pass (exit 0) on {' / '.join(fixed)}" if fixed else
+                         + ("fixed between " + " / ".join(f"{a} and {b}" for a, b in fixed) if fixed else
                             "no later installed release passes them" if forwarded else
                             "later releases not replayed yet"))
             cells.append(cell + ")")

@@ -51,17 +51,22 @@ def replay_batch_main(paths: Sequence[str]) -> int:
     return 0
 
 
-def replay_on(venv: Path, reports: Sequence[str], repo_root: Path, timeout: float = 900) -> Answers:
+def replay_on(venv: Path, reports: Sequence[str], repo_root: Path, timeout: float = 900, *,
+              python: Path | None = None, extra_env: Mapping[str, str] | None = None) -> Answers:
     """Replay ``reports`` on the release in ``venv``, one process: report -> (exit status,
     status word). Exit 1 with another failure than the recorded one is :data:`REPLAY_DIFFERENT`;
-    a report the process did not answer for (a crash, a timeout) is ``(None, why)``."""
+    a report the process did not answer for (a crash, a timeout) is ``(None, why)``.
+    ``python`` / ``extra_env``: another interpreter, more environment (a vLLM source tree on
+    ``PYTHONPATH``: ``kvverify diff``)."""
     if not reports:
         return {}
-    python = venv / "bin" / "python"
+    python = python or venv / "bin" / "python"
     if not python.exists():
         return {r: (None, "no python in the venv") for r in reports}
+    env = release_env(Path(reports[0]).parent)
+    env.update(extra_env or {})
     try:
-        done = subprocess.run(replay_command(python, reports), cwd=repo_root, env=release_env(Path(reports[0]).parent),
+        done = subprocess.run(replay_command(python, reports), cwd=repo_root, env=env,
                               capture_output=True, text=True, timeout=timeout)
         out, why = done.stdout, f"replay process exited {done.returncode}"
     except subprocess.TimeoutExpired as e:

@@ -1,7 +1,13 @@
 """Which vLLM release venvs there are: discovery, their versions, what installing them cost.
 
-A release venv is one ``scripts/install-vllm-target.sh --version X.Y.Z VENV_DIR`` finished:
-it holds a ``vllm-X.Y.Z.dist-info`` and both of the script's stamps (:data:`STAMPS`).
+A release venv is any venv with a ``vllm-VERSION.dist-info`` (a release, a dev build, an
+editable checkout): the matrix runs the vLLM a user has (issue 27). Where it came from is
+its :attr:`ReleaseVenv.provenance`: ``lock`` (``scripts/install-vllm-target.sh`` finished
+from a lock: both of its stamps, :data:`STAMPS`), ``unlocked`` (the script, from the
+release's own metadata: :data:`UNLOCKED_FREEZE`), ``editable`` (the script's ``--editable``
+checkout: :data:`EDITABLE_MARK`), ``user`` (a venv the script did not make).
+A venv whose install is still under way (the script's lock stamp without its self stamp)
+is left out.
 """
 
 from __future__ import annotations
@@ -19,16 +25,22 @@ ENV_VENVS = "KVVERIFY_RELEASE_VENVS"
 STAMPS = (".kvverify-vllm-lock.stamp", ".kvverify-self.stamp")
 #: written by the install script after a fresh install: ``{"install_seconds": ...}``
 INSTALL_INFO = ".kvverify-install.json"
-_VERSION_RE = re.compile(r"^\d+\.\d+\.\d+(?:\.post\d+)?$")
-_DIST_RE = re.compile(r"^vllm-(\d+\.\d+\.\d+(?:\.post\d+)?)\.dist-info$")
+#: what pip resolved for an unlocked install (the install script, without a lock)
+UNLOCKED_FREEZE = ".kvverify-unlocked-freeze.txt"
+#: the checkout an ``--editable`` install (the install script) put in the venv
+EDITABLE_MARK = ".kvverify-editable"
+#: a vLLM version: a release ``X.Y.Z[.postN]``, a pre-release, a dev build, a local label
+_VERSION_RE = re.compile(r"^\d+\.\d+\.\d+(?:(?:a|b|rc)\d+)?(?:\.post\d+)?(?:\.dev\d+)?(?:\+[A-Za-z0-9.]+)?$")
+_DIST_RE = re.compile(r"^vllm-(\d+\.\d+\.\d+[A-Za-z0-9.+_]*)\.dist-info$")
 
 
 @dataclass(frozen=True)
 class ReleaseVenv:
-    """One installed release: its vLLM version and its venv."""
+    """One installed vLLM: its version, its venv, where it came from (``lock`` / ``unlocked`` / ``user``)."""
 
     version: str
     path: Path
+    provenance: str = "lock"
 
     @property
     def python(self) -> Path:
@@ -36,13 +48,24 @@ class ReleaseVenv:
 
 
 def is_version(text: str) -> bool:
-    """Whether ``text`` is a release version ``X.Y.Z[.postN]``."""
+    """Whether ``text`` is a vLLM version (``0.27.1``, ``0.25.0.post1``, ``0.33.1.dev3+g1a2b3c4``)."""
     return bool(_VERSION_RE.match(text))
 
 
 def version_key(version: str) -> tuple[int, ...]:
-    """Sort key of ``X.Y.Z[.postN]``."""
-    return tuple(int(p) for p in re.findall(r"\d+", version))
+    """Sort key of a vLLM version: the release numbers, then a dev build before its release,
+    a pre-release before the final one, a post-release after it."""
+    m = re.match(r"^(\d+(?:\.\d+)*)(?:(a|b|rc)(\d+))?(?:\.post(\d+))?(?:\.dev(\d+))?", version)
+    if not m:
+        return tuple(int(p) for p in re.findall(r"\d+", version))
+    release = tuple(int(p) for p in m.group(1).split("."))
+    release = release + (0,) * max(0, 4 - len(release))
+    pre = {"a": -3, "b": -2, "rc": -1}.get(m.group(2) or "", 0)
+    dev = m.group(5)
+    if dev is not None and not m.group(2) and not m.group(4):
+        return release + (-4, int(dev))  # 0.33.1.dev3 < 0.33.1a1 < 0.33.1rc1 < 0.33.1
+    return release + (pre, int(m.group(3) or 0), int(m.group(4) or 0), -1 if dev is not None else 0,
+                      int(dev or 0))
 
 
 def venv_vllm_version(path: Path) -> str | None:
@@ -53,8 +76,20 @@ def venv_vllm_version(path: Path) -> str | None:
         for d in site.glob("vllm-*.dist-info"):
             m = _DIST_RE.match(d.name)
             if m:
-                return m.group(1)
+                return m.group(1).replace("_", "+") if "+" not in m.group(1) else m.group(1)
     return None
+
+
+def provenance(path: Path) -> str | None:
+    """``lock`` / ``unlocked`` / ``user`` (see the module docstring), ``None`` while the install
+    script is still installing it."""
+    lock, self_stamp = (path / s for s in STAMPS)
+    if lock.exists() and not self_stamp.exists():
+        return None
+    if lock.exists():
+        return ("unlocked" if (path / UNLOCKED_FREEZE).exists() else
+                "editable" if (path / EDITABLE_MARK).exists() else "lock")
+    return "user"
 
 
 def default_sources(repo_root: Path) -> list[Path]:
@@ -68,8 +103,8 @@ def default_sources(repo_root: Path) -> list[Path]:
 
 def discover(sources: Iterable[Path]) -> list[ReleaseVenv]:
     """Release venvs in ``sources``: each is a venv, or a directory holding ``vllm-*`` /
-    ``.venv-vllm*`` venvs. Only venvs the install script finished (its lock stamp) count;
-    one venv per version (the first found), sorted by version."""
+    ``.venv-vllm*`` venvs. Any venv with vLLM counts (:func:`provenance`), but one the install
+    script is still installing; one venv per version (the first found), sorted by version."""
     found: dict[str, ReleaseVenv] = {}
     seen: set[Path] = set()
     for src in sources:
@@ -83,10 +118,11 @@ def discover(sources: Iterable[Path]) -> list[ReleaseVenv]:
                 continue
             seen.add(real)
             version = venv_vllm_version(cand)
-            if version is None or not all((cand / s).exists() for s in STAMPS):  # not (yet) installed
+            how = provenance(cand) if version is not None else None
+            if version is None or how is None:  # no vLLM, or the install script is not done
                 continue
             if version not in found:
-                found[version] = ReleaseVenv(version, cand)
+                found[version] = ReleaseVenv(version, cand, how)
     return sorted(found.values(), key=lambda r: version_key(r.version))
 
 

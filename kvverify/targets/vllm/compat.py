@@ -8,6 +8,8 @@ plain module objects, so every probe is tested with small fakes (``tests/test_vl
 without installing any release. The rest of the adapter asks :class:`Compat`, by name; it
 never probes a release's KV-cache API itself (only :func:`.env.select_cpu_platform` asks the
 platform registry which platform it would pick, before anything here can be imported).
+The operator checks' late imports (lengths, startup traps) go through :mod:`.late`, the same
+rule for modules too heavy to import up front.
 
 Measured drift (``docs/vllm-target.md``, "How drift is absorbed"; ``docs/vllm-target-notes.md``,
 section 9, "Older releases"):
@@ -60,7 +62,6 @@ explains it) from one it does not — a :class:`DriftError` naming the symbol an
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
 import re
 import types
@@ -68,6 +69,7 @@ from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
 from typing import Any
 
+from kvverify.targets.vllm import history
 from kvverify.targets.vllm.support import REFERENCE_RELEASE, SUPPORTED, SUPPORTED_MAX, SUPPORTED_MIN
 
 #: Modules the adapter may import; a missing one is ``None`` in :func:`detect`'s input.
@@ -107,14 +109,17 @@ def parse_version(version: str) -> tuple[int, ...] | None:
     return tuple(int(x) for x in m.groups()) if m else None
 
 
-def unsupported_release(version: str) -> str | None:
-    """Why ``version`` is outside the supported range (:mod:`.support`), or ``None``."""
+def outside_measured_range(version: str) -> str | None:
+    """A notice when ``version`` is not a release the adapter was measured on (:mod:`.support`):
+    a dev build, a release newer or older than the range, an unreadable version. Never a
+    refusal: capability detection (:func:`detect`, :mod:`.history`) decides whether the
+    adapter knows the release's API, and says what it lacks when it does not."""
     v = parse_version(version)
     if v is None:
-        return f"cannot read the vLLM version {version!r}; the vllm target supports {SUPPORTED}"
-    if v < SUPPORTED_MIN or v > SUPPORTED_MAX:
-        return (f"the vllm target supports vLLM {SUPPORTED}, found {version}: its KV-cache API "
-                f"has not been measured (add it to kvverify/targets/vllm/compat.py deliberately)")
+        return f"vLLM version {version!r} cannot be read; the API is judged by capability detection alone"
+    if v < SUPPORTED_MIN or v > SUPPORTED_MAX or not re.fullmatch(r"\d+\.\d+\.\d+(\.post\d+)?(\+\w+)?", version):
+        return (f"vLLM {version} is outside the measured releases ({SUPPORTED}): capability detection "
+                "decides (docs/bring-your-own-vllm.md)")
     return None
 
 
@@ -183,19 +188,22 @@ class _Release:
     def __init__(self, modules: Mapping[str, ModuleType | None]) -> None:
         self.modules = modules
         self.absent: set[str] = set()
+        self.present: set[str] = set()
+
+    def _seen(self, key: str, found: bool) -> bool:
+        (self.present if found else self.absent).add(key)
+        return found
 
     def module(self, name: str) -> ModuleType | None:
         mod = self.modules.get(name)
-        if mod is None:
-            self.absent.add(name)
+        self._seen(name, mod is not None)
         return mod
 
     def symbol(self, module: str, name: str) -> Any:
         """``module.name``, or ``None`` when the release has no such module or name."""
         mod = self.modules.get(module)
         value = getattr(mod, name, _MISSING) if mod is not None else _MISSING
-        if value is _MISSING or value is None:
-            self.absent.add(f"{module}.{name}")
+        if not self._seen(f"{module}.{name}", value is not _MISSING and value is not None):
             return None
         return value
 
@@ -203,17 +211,13 @@ class _Release:
         """``module.Class.name`` (a class attribute: method, property, field default), or ``None``."""
         cls = self.symbol(module, cls_name)
         value = getattr(cls, name, _MISSING) if cls is not None else _MISSING
-        if value is _MISSING:
-            self.absent.add(f"{module}.{cls_name}.{name}")
+        if not self._seen(f"{module}.{cls_name}.{name}", value is not _MISSING):
             return None
         return value
 
     def has_member(self, module: str, cls_name: str, name: str) -> bool:
         cls = self.symbol(module, cls_name)
-        found = cls is not None and hasattr(cls, name)
-        if not found:
-            self.absent.add(f"{module}.{cls_name}.{name}")
-        return found
+        return self._seen(f"{module}.{cls_name}.{name}", cls is not None and hasattr(cls, name))
 
     def has_property(self, module: str, cls_name: str, name: str) -> bool:
         return isinstance(self.member(module, cls_name, name), property)
@@ -221,10 +225,7 @@ class _Release:
     def sets(self, module: str, cls_name: str, name: str) -> bool:
         """Whether ``module.Class``'s own code names attribute ``name`` (an instance attribute)."""
         cls = self.symbol(module, cls_name)
-        found = isinstance(cls, type) and name in class_code_names(cls)
-        if not found:
-            self.absent.add(f"{module}.{cls_name}.{name}")
-        return found
+        return self._seen(f"{module}.{cls_name}.{name}", isinstance(cls, type) and name in class_code_names(cls))
 
     def spec_classes(self) -> Iterator[tuple[str, type]]:
         """The interface module's spec classes (``*Spec`` / ``*Specs``)."""
@@ -285,6 +286,8 @@ class Compat:
     open_params: frozenset[str] = frozenset()
     #: every symbol :func:`detect` looked for and the release lacks (see the module docstring)
     absent: frozenset[str] = frozenset()
+    #: every symbol :func:`detect` looked for and found (:mod:`.history` reads both)
+    present: frozenset[str] = frozenset()
 
     def has(self, where: str, name: str) -> bool:
         return where in self.open_params or name in self.params.get(where, frozenset())
@@ -327,15 +330,17 @@ def _pool_bytes(r: _Release, planner: str, has_config: Callable[[], bool]) -> st
 def detect(version: str, modules: Mapping[str, ModuleType | None]) -> Compat:
     """Read the capabilities off the imported modules (``None``: the release has no such module)."""
     r = _Release(modules)
+    if r.module(_IFACE) is None:
+        raise DriftError(f"vLLM {version}: no vllm.v1.kv_cache_interface: not a v1 engine (the vllm target "
+                         "needs vLLM's v1 engine and its KV-cache planner)")
     planning = "vllm.v1.core.kv_cache_planning"
     if r.symbol(planning, "get_kv_cache_configs") is not None:
         planner_module = planning
     elif r.symbol(_UTILS, "get_kv_cache_configs") is not None:
         planner_module = _UTILS
     else:
-        raise DriftError(f"vLLM {version}: no get_kv_cache_configs in kv_cache_planning or kv_cache_utils")
-    if r.module(_IFACE) is None:
-        raise DriftError(f"vLLM {version}: no vllm.v1.kv_cache_interface")
+        raise DriftError(f"vLLM {version}: no get_kv_cache_configs in kv_cache_planning or kv_cache_utils "
+                         "(a v1 engine without the KV-cache planner the adapter knows)")
     tensor_cls = r.symbol(_IFACE, "KVCacheTensor")
     tensor = params(tensor_cls) if tensor_cls is not None else frozenset()
     if {"layers", "layer_stride", "block_stride"} <= tensor:
@@ -350,7 +355,9 @@ def detect(version: str, modules: Mapping[str, ModuleType | None]) -> Compat:
         raise DriftError(f"vLLM {version}: no KVCacheManager")
     allocate = r.member(manager, "KVCacheManager", "allocate_slots")
     can_fit = r.member(manager, "KVCacheManager", "can_fit_full_sequence")
-    if "full_sequence_must_fit" in params(allocate):
+    # a parameter recorded as a symbol: it replaced can_fit_full_sequence (.history.REPLACED)
+    if allocate is not None and r._seen(f"{manager}.KVCacheManager.allocate_slots(full_sequence_must_fit)",
+                                        "full_sequence_must_fit" in params(allocate)):
         gate = "full_sequence_must_fit"
     elif can_fit is not None:
         gate = "can_fit_full_sequence"
@@ -394,7 +401,7 @@ def detect(version: str, modules: Mapping[str, ModuleType | None]) -> Compat:
     spec_classes = list(r.spec_classes())
     kv_cache_config = r.symbol(_IFACE, "KVCacheConfig")
     pool = "vllm.v1.core.block_pool"
-    return Compat(
+    caps = Compat(
         version=version,
         planner_module=planner_module,
         config_builder=r.module(_BUILDER) is not None,
@@ -430,7 +437,12 @@ def detect(version: str, modules: Mapping[str, ModuleType | None]) -> Compat:
         params=sigs,
         open_params=open_,
         absent=frozenset(r.absent),
+        present=frozenset(r.present),
     )
+    drift = history.unexplained_absences(caps.absent, caps.present)
+    if drift:
+        raise DriftError(history.drift_message(version, drift, caps.present))
+    return caps
 
 
 def _first(modules: Mapping[str, ModuleType | None], name: str, *where: str) -> Any:
@@ -525,56 +537,6 @@ def fit_kwargs(caps: Compat, where: str, kwargs: Mapping[str, Any],
     return out
 
 
-# ------------------------------------------------------------------ late capabilities
-#: Capabilities the operator checks (``kvverify check``: lengths, startup traps) use, whose
-#: modules pull in transformers or the compilation stack — too heavy for :func:`detect`'s
-#: up-front imports, so they are imported when first asked for, through :func:`late` (the one
-#: reader): capability -> ((module, names), ...) (a name may be ``Class.member``), in import order (``vllm.config`` before
-#: ``vllm.transformers_utils.config``). A release without one skips what needs it.
-LATE_CAPABILITIES: Mapping[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
-    "max_model_len_derivation": (
-        ("vllm.config", ()),
-        ("vllm.transformers_utils.config", ("get_config", "get_hf_text_config")),
-        ("vllm.transformers_utils.model_arch_config_convertor",
-         ("MODEL_ARCH_CONFIG_CONVERTORS", "ModelArchConfigConvertorBase")),
-        ("vllm.config.model", ("_get_and_verify_max_len",)),
-    ),
-    "cudagraph_resolution": (
-        ("vllm.config.compilation", ("CompilationConfig", "CompilationConfig.resolve_cudagraph_mode_and_sizes",
-                                     "CUDAGraphMode", "CompilationMode")),
-        ("vllm.v1.attention.backend", ("AttentionCGSupport",)),
-    ),
-    "encoder_budget": (("vllm.v1.core.encoder_cache_manager", ("compute_mm_encoder_budget",)),),
-}
-
-
-def late(capability: str, version: str,
-         import_module: Callable[[str], Any] = importlib.import_module) -> types.SimpleNamespace:
-    """The names of a :data:`LATE_CAPABILITIES` entry, imported now (one namespace, by name).
-
-    A release that lacks a module or a name raises
-    :class:`~kvverify.targets.vllm.refusals.ReleaseLacks` naming the capability, the symbol and
-    the release (the property or check that needs it skips, with that reason).
-    """
-    from kvverify.targets.vllm.refusals import ReleaseLacks
-
-    found: dict[str, Any] = {}
-    for module, names in LATE_CAPABILITIES[capability]:
-        try:
-            m = import_module(module)
-        except ImportError as e:
-            raise ReleaseLacks(version, f"lacks {capability} (no module {module}: {e})") from None
-        for name in names:  # "Class.member": the class is kept, the member only checked
-            head, *rest = name.split(".")
-            obj: Any = m
-            for part in (head, *rest):
-                if not hasattr(obj, part):
-                    raise ReleaseLacks(version, f"lacks {capability} (no {module}.{name})")
-                obj = getattr(obj, part)
-            found[head] = getattr(m, head)
-    return types.SimpleNamespace(**found)
-
-
-__all__ = ["Compat", "DriftError", "KnobMissing", "LATE_CAPABILITIES", "MODULES", "REFERENCE_RELEASE", "SUPPORTED", "SUPPORTED_MAX",
-           "SUPPORTED_MIN", "accepts_any_keyword", "class_code_names", "constructor_fields", "detect", "fit_kwargs",
-           "late", "params", "parse_version", "resolve_names", "unsupported_release"]
+__all__ = ["Compat", "DriftError", "KnobMissing", "MODULES", "REFERENCE_RELEASE", "SUPPORTED",
+           "SUPPORTED_MAX", "SUPPORTED_MIN", "accepts_any_keyword", "class_code_names", "constructor_fields", "detect", "fit_kwargs",
+           "outside_measured_range", "params", "parse_version", "resolve_names"]

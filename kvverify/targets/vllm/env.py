@@ -20,7 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from kvverify.errors import KVVerifyError
-from kvverify.targets.vllm import compat
+from kvverify.targets.vllm import compat, deps
 from kvverify.targets.vllm.findings import CheckRules
 
 INSTALL_HINT = ("install a CPU-only vLLM with `bash scripts/install-vllm-target.sh [--version X.Y.Z]` "
@@ -145,36 +145,38 @@ def upstream() -> Upstream:
         except (ImportError, ValueError):
             present = False
         if not present:  # fail fast, without importing torch or touching the environment
-            raise KVVerifyError(f"the vllm target needs vLLM {compat.SUPPORTED}, which is not "
-                                f"installed for {sys.executable}; {INSTALL_HINT}")
+            raise KVVerifyError(f"the vllm target needs vLLM (a v1 engine), which is not installed for "
+                                f"{sys.executable}; {INSTALL_HINT}")
         before = dict(os.environ)
         os.environ.update(_FORCED_ENV)
         for k, v in _DEFAULT_ENV.items():
             os.environ.setdefault(k, v)
         os.environ.setdefault("VLLM_CACHE_ROOT", tempfile.mkdtemp(prefix="kvverify-vllm-cache-"))
         try:
-            with preserved_environ():
+            # vLLM's logging handler writes to the sys.stdout of its first import: make that stderr,
+            # so `--json` output stays clean JSON
+            with preserved_environ(), contextlib.redirect_stdout(sys.stderr):
                 import torch
                 import vllm
-        except ImportError as e:
+        except Exception as e:  # noqa: BLE001 - a broken dependency raises anything; say which
             os.environ.clear()
             os.environ.update(before)  # leave the process as it was
-            raise KVVerifyError(f"the vllm target needs vLLM {compat.SUPPORTED}, which is not "
-                                f"importable here ({type(e).__name__}: {e}); {INSTALL_HINT}") from e
+            raise KVVerifyError(import_failure("?", e)) from e
         version = str(getattr(vllm, "__version__", "?"))
-        with preserved_environ():
-            why = compat.unsupported_release(version)
-            if why:
-                raise KVVerifyError(f"{why} (found at {os.path.dirname(vllm.__file__)}); {INSTALL_HINT}")
+        with preserved_environ(), contextlib.redirect_stdout(sys.stderr):
+            notice = compat.outside_measured_range(version)
+            if notice:
+                print(f"kvverify: {notice} (found at {os.path.dirname(vllm.__file__)})", file=sys.stderr)
             try:
                 select_cpu_platform()
                 modules = {name: _optional_module(name) for name in compat.MODULES}
+            except Exception as e:  # noqa: BLE001 - as above
+                raise KVVerifyError(import_failure(version, e)) from e
+            try:
                 caps = compat.detect(version, modules)
                 ns = compat.resolve_names(caps, modules)
-            except (ImportError, compat.DriftError) as e:
-                raise KVVerifyError(f"vLLM {version} is installed but its KV-cache modules do not "
-                                    f"import as the adapter expects ({type(e).__name__}: {e}); "
-                                    f"{INSTALL_HINT}") from e
+            except compat.DriftError as e:
+                raise KVVerifyError(f"{e} (vLLM at {os.path.dirname(vllm.__file__)})") from e
         import logging
         for name in ("vllm", "vllm.platforms", "vllm.platforms.cpu"):
             logging.getLogger(name).setLevel(logging.ERROR)
@@ -182,6 +184,18 @@ def upstream() -> Upstream:
                    if caps.layout_preferences else [])
         _UP = Upstream(torch=torch, vllm=vllm, compat=caps, default_layouts=layouts, **ns)
         return _UP
+
+
+def import_failure(version: str, e: BaseException) -> str:
+    """One line for an ``import vllm`` (or of its KV-cache modules) that raised: the package that
+    broke it and the fix (:func:`.deps.broken_dependency`), else what vLLM itself raised."""
+    line = deps.broken_dependency(e)
+    who = f"vLLM {version}" if version != "?" else "vLLM"
+    if line:
+        return f"{who} cannot be imported for {sys.executable}: {line}"
+    first = str(e).splitlines()[0][:300] if str(e) else ""
+    return (f"{who} is installed but does not import as the adapter expects ({type(e).__name__}: {first}); "
+            f"{INSTALL_HINT}")
 
 
 def vllm_available() -> tuple[bool, str]:
@@ -193,4 +207,4 @@ def vllm_available() -> tuple[bool, str]:
     return True, str(up.vllm.__version__)
 
 
-__all__ = ["INSTALL_HINT", "LOCK", "Upstream", "preserved_environ", "select_cpu_platform", "upstream", "vllm_available"]
+__all__ = ["INSTALL_HINT", "LOCK", "Upstream", "import_failure", "preserved_environ", "select_cpu_platform", "upstream", "vllm_available"]

@@ -9,7 +9,7 @@ tokenizer and weights a full ``ModelConfig`` would fetch. The length differentia
 (``properties/test_differential_lengths.py``) compares it with :mod:`kvverify.catalog.lengths`.
 
 What it needs of the release is the late capability ``max_model_len_derivation``
-(:data:`.compat.LATE_CAPABILITIES`); a release without it raises
+(:data:`.late.LATE_CAPABILITIES`); a release without it raises
 :class:`~kvverify.targets.vllm.refusals.ReleaseLacks`.
 """
 
@@ -23,7 +23,7 @@ import types
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from kvverify.targets.vllm import compat
+from kvverify.targets.vllm import late
 from kvverify.targets.vllm.env import LOCK, preserved_environ, upstream
 
 ENV = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
@@ -44,7 +44,7 @@ def _allow_long(allow: bool) -> Iterator[None]:
 
 def _functions() -> types.SimpleNamespace:
     up = upstream()  # the environment, the CPU platform, vLLM imported once
-    ns = compat.late("max_model_len_derivation", str(getattr(up.vllm, "__version__", "?")))
+    ns = late.late("max_model_len_derivation", str(getattr(up.vllm, "__version__", "?")))
     return types.SimpleNamespace(get_config=ns.get_config, get_hf_text_config=ns.get_hf_text_config,
                                  convertors=ns.MODEL_ARCH_CONFIG_CONVERTORS, base=ns.ModelArchConfigConvertorBase,
                                  verify=ns._get_and_verify_max_len)

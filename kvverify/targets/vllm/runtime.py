@@ -124,7 +124,8 @@ def computed_blocks(kvm: Any, req: Any) -> tuple[Any, int]:
 
 
 #: get_num_blocks_to_allocate keywords a release may lack and that can go (no cap, no end)
-GATE_DROPPABLE = {"num_local_computed_tokens": None, "apply_admission_cap": True, "prefill_end": 0}
+GATE_DROPPABLE = {"num_local_computed_tokens": None, "apply_admission_cap": True, "prefill_end": 0,
+                  "num_tokens_main_model": None}  # the last: == num_tokens without speculation (absent in 0.14)
 
 
 def admit_on_empty_pool(target: VllmTarget, plan: StartupPlan, num_tokens: int) -> tuple[bool, dict[str, int]]:
@@ -159,18 +160,21 @@ def admit_on_empty_pool(target: VllmTarget, plan: StartupPlan, num_tokens: int) 
         got = None
         if kvm.can_fit_full_sequence(req, num_new_computed_tokens=hit, new_computed_blocks=blocks):
             got = kvm.allocate_slots(req, chunk, hit, blocks)
-    else:  # pragma: no cover - no release in the supported range lacks a gate
-        unsupported(f"vLLM {caps.version} has no full-sequence admission gate")
+    else:  # <= 0.18: no full-sequence gate; the Scheduler admits a request whose first chunk allocates
+        got = kvm.allocate_slots(req, chunk, hit, blocks)
     return got is not None, {"gate_charged_blocks": need, "free_blocks": free}
 
 
 def request(target: VllmTarget, view: UpstreamKVCacheManager, request_id: str, prompt: Sequence[int],
             max_tokens: int, priority: int = 0, arrival_time: float | None = None) -> Any:
     up = target.up
+    extra: dict[str, Any] = {}
+    if up.compat.has("Request", "eos_token_id"):  # a required argument up to 0.16 (ignore_eos anyway)
+        extra["eos_token_id"] = None
     return up.Request(request_id=request_id, prompt_token_ids=list(prompt),
                       sampling_params=up.SamplingParams(max_tokens=max_tokens, ignore_eos=True),
                       pooling_params=None, block_hasher=view.block_hasher,
-                      priority=priority, arrival_time=arrival_time)
+                      priority=priority, arrival_time=arrival_time, **extra)
 
 
 # ------------------------------------------------------------------ runtime views

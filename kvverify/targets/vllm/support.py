@@ -1,12 +1,12 @@
 """Which vLLM releases the ``vllm`` target supports, and which one the reference mirrors: written once.
 
 Everything else derives from these constants: the range check of :mod:`.compat`
-(``unsupported_release``), the messages, the docs (``tests/test_supported_range.py`` asserts
+(``outside_measured_range``: a notice, never a refusal), the messages, the docs (``tests/test_supported_range.py`` asserts
 that every ``A … B`` range in README.md and docs/ is :data:`SUPPORTED`) and the install
 script, which reads them by running this file (it imports nothing, so any Python can)::
 
     python3 kvverify/targets/vllm/support.py pin      # 0.33.0
-    python3 kvverify/targets/vllm/support.py range    # 0.19.1 … 0.33.0
+    python3 kvverify/targets/vllm/support.py range    # 0.14.1 … 0.33.0
 
 A release is supported once its KV-cache API has been measured and its differences are
 detected in :mod:`.compat` (``docs/vllm-target.md``, "Releases"); widen the range here then.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 
 #: Oldest and newest release the adapter supports (inclusive).
-SUPPORTED_MIN: tuple[int, int, int] = (0, 19, 1)
+SUPPORTED_MIN: tuple[int, int, int] = (0, 14, 1)
 SUPPORTED_MAX: tuple[int, int, int] = (0, 33, 0)
 #: The release the reference mirrors (the pin: the differential compares against it).
 REFERENCE_RELEASE = "0.33.0"

@@ -7,7 +7,7 @@
 
 Each returns ``{"refuses": bool, ...}`` with upstream's numbers or message. What they need of
 the release are the late capabilities ``cudagraph_resolution`` and ``encoder_budget``
-(:data:`.compat.LATE_CAPABILITIES`); a release without one raises
+(:data:`.late.LATE_CAPABILITIES`); a release without one raises
 :class:`~kvverify.targets.vllm.refusals.ReleaseLacks`.
 """
 
@@ -16,13 +16,13 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from kvverify.targets.vllm import compat
+from kvverify.targets.vllm import late
 from kvverify.targets.vllm.env import LOCK, preserved_environ, upstream
 from kvverify.targets.vllm.specs import Translator
 
 
 def _late(capability: str) -> types.SimpleNamespace:
-    return compat.late(capability, str(getattr(upstream().vllm, "__version__", "?")))
+    return late.late(capability, str(getattr(upstream().vllm, "__version__", "?")))
 
 
 def mamba_state_slots(kv_cache_config: Any, max_num_seqs: int, *, full_cudagraphs: bool = True) -> dict[str, Any]:
