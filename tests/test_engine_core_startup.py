@@ -50,7 +50,7 @@ def test_property_finds_F14_from_a_cold_start_and_passes_under_the_fix() -> None
         _run(counts, failing)
     shrunk = failing[-1]
     assert ec.late_hook(shrunk) == "non_causal_attention"
-    key = ("block_size", "max_model_len", "max_num_batched_tokens", "max_num_seqs", "num_gpu_blocks_override",
+    key = ("block_size", "max_model_len", "max_num_batched_tokens", "max_num_seqs",
            "enable_chunked_prefill")
     assert {k: getattr(shrunk.vllm_config, k) for k in key} == {k: getattr(ec.F14_CASE.vllm_config, k) for k in key}
     assert shrunk.kv_cache_specs[0].keys() and shrunk.prompt_len is None
