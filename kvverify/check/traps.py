@@ -12,7 +12,7 @@
   budget vLLM raises it to ``max_model_len``). An encoder-decoder model turns chunked prefill off
   before that check. The engine core turns it off *later* (non-causal attention layers, a model
   without KV cache groups) and 0.33.0 does not check again: such an engine starts, and a prompt
-  longer than the budget waits forever (#55130 re-runs the check there).
+  longer than the budget waits forever (finding F14; #55130 re-runs the check there).
 * **Multimodal largest item vs the encoder cache** (#26223 -> #33110): the encoder cache and its
   compute budget are ``max(budget, largest item)`` (``compute_mm_encoder_budget``), so the
   profiled largest item always fits; a request whose item is larger than that is refused with
@@ -166,8 +166,9 @@ def _budget(layout: Any, plan: Any, chunked_prefill: bool, budget_given: bool, s
         summary = (f"{late} after checking the budget: a prompt of more than {budget:,} tokens (max_num_batched_"
                    f"tokens) never gets scheduled; max_model_len is {length:,}" if hangs else
                    f"{late}; every prompt fits max_num_batched_tokens {budget:,}")
-        note = ("vLLM 0.33.0 does not re-check the budget after this late hook (#55130 does): such an engine starts, "
-                "and longer prompts wait forever") if hangs else None
+        note = ("vLLM 0.33.0 does not re-check the budget after this late hook (finding F14, "
+                "reports/findings/F14-late-chunked-prefill-off-skips-budget-check.md; upstream PR #55130 re-checks): "
+                "such an engine starts, and longer prompts wait forever") if hangs else None
         return Trap("token_budget", True, not hangs, "runtime", summary, note=note, numbers=numbers)
     return Trap("token_budget", False, True, "before_kv_cache", "chunked prefill on: any prompt is split into steps",
                 numbers=numbers)
