@@ -10,6 +10,9 @@ late hooks skip the budget check, so a prompt above ``max_num_batched_tokens`` w
 
 from __future__ import annotations
 
+from typing import Callable, cast
+
+import pytest
 from hypothesis import event, example
 
 from kvverify.hypothesis_hooks import given
@@ -18,9 +21,11 @@ from kvverify.invariants.base import Violation
 from kvverify.props.known import assert_or_known
 from kvverify.reference.config import VllmConfig
 from kvverify.reference.driver import WorkloadSpec
-from kvverify.reference.engine_core import has_non_causal_attention, initialize_engine_core
+from kvverify.reference.engine_core import has_non_causal_attention
+from kvverify.reference.planner import StartupPlan
 from kvverify.reference.specs import FullAttentionSpec
 from kvverify.strategies import EngineCoreCase, StartupCase, engine_core_cases
+from kvverify.targets.base import Target
 from kvverify.targets.reference import ReferenceTarget
 
 REFERENCE = ReferenceTarget()
@@ -47,24 +52,34 @@ def late_hook(case: EngineCoreCase) -> str | None:
     return None
 
 
-def engine_core_violations(case: EngineCoreCase) -> list[Violation]:
-    """Start the engine as the engine core does; if it starts, send the case's prompt."""
-    plan = initialize_engine_core(case.vllm_config, case.kv_cache_specs)
+def engine_core_violations(case: EngineCoreCase, target: Target = REFERENCE) -> list[Violation]:
+    """Start the engine as ``target``'s engine core does; if it starts, send the case's prompt."""
+    plan = engine_core_startup(target)(case.vllm_config, case.kv_cache_specs)
     if not plan.starts:
         return []
     length = plan.vllm_config.max_model_len
     if length < 2:
         return []  # no prompt leaves room for an output token
     n = length - 1 if case.prompt_len is None else (case.prompt_len - 1) % (length - 1) + 1
-    return check_started_engine_serves(REFERENCE, plan, [WorkloadSpec("r0", tuple(range(n)), 1)],
+    return check_started_engine_serves(target, plan, [WorkloadSpec("r0", tuple(range(n)), 1)],
                                        late=late_hook(case))
+
+
+def engine_core_startup(target: Target) -> Callable[..., StartupPlan]:
+    """The target's engine-core startup (``initialize_engine_core``: the reference's mirror, or the
+    release's own hooks); a target without one cannot run this property (skipped)."""
+    start = getattr(target, "initialize_engine_core", None)
+    if start is None:
+        pytest.skip(f"{target.name}: no engine-core startup (initialize_engine_core)")
+    return cast(Callable[..., StartupPlan], start)
 
 
 @given(case=engine_core_cases())
 @example(case=F14_CASE)
-def test_started_engine_admits_only_what_it_completes(case: EngineCoreCase) -> None:
+def test_started_engine_admits_only_what_it_completes(target: Target, case: EngineCoreCase) -> None:
     """A started engine finishes every prompt it admits, whatever chunked prefill ends up as (F14)."""
     hook = late_hook(case)
     event(f"{case.attention}; chunked prefill {'on' if case.vllm_config.enable_chunked_prefill else 'off'}"
           + (f", turned off late ({hook})" if hook else ""))
-    assert_or_known(REFERENCE, lambda: engine_core_violations(case))
+    assert_or_known(target, lambda: engine_core_violations(case, target),
+                    lambda: engine_core_violations(case, REFERENCE))

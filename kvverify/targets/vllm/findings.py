@@ -33,6 +33,10 @@ def _reserves_null_block(caps: Compat, rules: CheckRules) -> bool:
     return rules.reserves_null_block
 
 
+def _has_non_causal_specs(caps: Compat, rules: CheckRules) -> bool:
+    return "non_causal" in caps.spec_fields.get("FullAttentionSpec", frozenset())
+
+
 #: Finding (``reports/findings/F<n>-*.md``; a repro id of
 #: ``properties/test_differential.py::test_finding_reproduces_on_vllm``) -> the capability the
 #: defect lives in; ``None``: every supported release. Each entry is confirmed by running the
@@ -53,6 +57,9 @@ FINDING_CAPABILITY: dict[str, Callable[[Compat, CheckRules], bool] | None] = {
     # Mamba align's 2 + S: its replay's pool (N = 2) starts where the check reserves no null block
     # (replayed on every installed release: reproduces on 0.29.0 and later, as F3)
     "F9": _reserves_null_block,
+    # EngineCore turns chunked prefill off for non-causal specs after the budget check, and
+    # never checks again (properties/test_engine_core.py drives the real hook on this target)
+    "F14": _has_non_causal_specs,
 }
 
 
