@@ -93,3 +93,26 @@ def test_each_late_hook_starts_and_hangs_on_0_33_0_and_is_refused_under_the_fix(
     assert refused.error is not None and "max_num_batched_tokens (32) is smaller than max_model_len (64)" in refused.error
     # chunked prefill left on by the user: the late hook is the only way it goes off
     assert engine_core.initialize_engine_core(replace(config, max_num_batched_tokens=64), specs).starts
+
+
+def test_kvverify_check_names_F14_and_refuses_under_its_fix(capsys, tmp_path) -> None:
+    """HRM-Text (prefix LM) at 4,096 tokens with the default budget of 2,048: ``HANG`` whose note names
+    F14; with ``--fix budget_rechecked_after_late_chunked_prefill_off`` the check says vLLM refuses."""
+    import json
+
+    from kvverify.cli import main
+
+    cfg = {"architectures": ["HRMTextForCausalLM"], "model_type": "hrm_text", "num_hidden_layers": 16,
+           "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16,
+           "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    args = ["check", "--config-json", str(tmp_path), "--kv-cache-memory-bytes", "8GiB", "--json"]
+    assert main(args) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["headline"] == "HANG"
+    assert any("finding F14" in n for n in report["notes"]), report["notes"]
+    assert main(args + ["--fix", FIX]) == 1
+    report = json.loads(capsys.readouterr().out)
+    (trap,) = [t for t in report["traps"] if t["name"] == "token_budget"]
+    assert report["headline"] == "REFUSED" and not report["starts"] and not trap["passes"]
+    assert "max_num_batched_tokens (2048) is smaller than max_model_len (4096)" in trap["message"]
