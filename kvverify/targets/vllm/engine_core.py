@@ -7,8 +7,9 @@ upstream's own code:
    turns it off for an encoder-decoder model, then runs ``verify_max_model_len``): a ``ValueError``
    is a refusal;
 2. the real ``EngineCore._initialize_kv_caches`` on an ``EngineCore.__new__`` instance whose
-   executor reports the deployment's specs (translated, ``non_causal`` included), stopped at
-   ``get_supported_kv_cache_layouts``, right after the non-causal hook: what it leaves in
+   executor reports the deployment's specs (translated, ``non_causal`` included), stopped at the
+   next executor call (``get_supported_kv_cache_layouts`` on 0.33.0, ``determine_available_memory``
+   on 0.25.0), right after the non-causal hook: what it leaves in
    ``enable_chunked_prefill`` / ``enable_prefix_caching``, or its ``ValueError`` (the F14 patch);
 3. the release's plan (:meth:`VllmTarget.plan`) for the config as the hooks left it; the
    ``Scheduler`` the target then builds reads that ``enable_chunked_prefill``.
@@ -59,11 +60,14 @@ def _initialize_kv_caches(target: Any, config: VllmConfig,
     worker_specs = [{name: tr.spec(s) for name, s in w.items()} for w in kv_cache_specs]
 
     class StandInExecutor:
+        """Reports the specs; any other executor call (layouts, memory profiling: what follows the
+        hook in every release that has it) ends the run there."""
+
         def get_kv_cache_specs(self) -> list[dict[str, Any]]:
             return worker_specs
 
-        def get_supported_kv_cache_layouts(self) -> list[list[str]]:
-            raise _PastTheHook
+        def __getattr__(self, name: str) -> Any:
+            raise _PastTheHook(name)
 
     engine_core = core.EngineCore.__new__(core.EngineCore)
     engine_core.model_executor = StandInExecutor()
