@@ -10,9 +10,6 @@ late hooks skip the budget check, so a prompt above ``max_num_batched_tokens`` w
 
 from __future__ import annotations
 
-from typing import Callable, cast
-
-import pytest
 from hypothesis import event, example
 
 from kvverify.hypothesis_hooks import given
@@ -22,7 +19,6 @@ from kvverify.props.known import assert_or_known
 from kvverify.reference.config import VllmConfig
 from kvverify.reference.driver import WorkloadSpec
 from kvverify.reference.engine_core import has_non_causal_attention
-from kvverify.reference.planner import StartupPlan
 from kvverify.reference.specs import FullAttentionSpec
 from kvverify.strategies import EngineCoreCase, StartupCase, engine_core_cases
 from kvverify.targets.base import Target
@@ -54,7 +50,7 @@ def late_hook(case: EngineCoreCase) -> str | None:
 
 def engine_core_violations(case: EngineCoreCase, target: Target = REFERENCE) -> list[Violation]:
     """Start the engine as ``target``'s engine core does; if it starts, send the case's prompt."""
-    plan = engine_core_startup(target)(case.vllm_config, case.kv_cache_specs)
+    plan = target.initialize_engine_core(case.vllm_config, case.kv_cache_specs)
     if not plan.starts:
         return []
     length = plan.vllm_config.max_model_len
@@ -63,15 +59,6 @@ def engine_core_violations(case: EngineCoreCase, target: Target = REFERENCE) -> 
     n = length - 1 if case.prompt_len is None else (case.prompt_len - 1) % (length - 1) + 1
     return check_started_engine_serves(target, plan, [WorkloadSpec("r0", tuple(range(n)), 1)],
                                        late=late_hook(case))
-
-
-def engine_core_startup(target: Target) -> Callable[..., StartupPlan]:
-    """The target's engine-core startup (``initialize_engine_core``: the reference's mirror, or the
-    release's own hooks); a target without one cannot run this property (skipped)."""
-    start = getattr(target, "initialize_engine_core", None)
-    if start is None:
-        pytest.skip(f"{target.name}: no engine-core startup (initialize_engine_core)")
-    return cast(Callable[..., StartupPlan], start)
 
 
 @given(case=engine_core_cases())

@@ -34,7 +34,10 @@ def _reserves_null_block(caps: Compat, rules: CheckRules) -> bool:
 
 
 def _has_non_causal_specs(caps: Compat, rules: CheckRules) -> bool:
-    return "non_causal" in caps.spec_fields.get("FullAttentionSpec", frozenset())
+    """``AttentionSpec.non_causal`` and the engine core's hook on it came together (0.25.0); a
+    release whose ``FullAttentionSpec`` was not detected stays strict, as an unknown finding does."""
+    fields = caps.spec_fields.get("FullAttentionSpec")
+    return fields is None or "non_causal" in fields
 
 
 #: Finding (``reports/findings/F<n>-*.md``; a repro id of
