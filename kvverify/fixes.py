@@ -64,6 +64,10 @@ CATALOG: dict[str, Fix] = {f.name: f for f in (
         "MambaSpec.max_memory_usage_bytes in align mode reserves 1 + S pages, not 2 + S + P, when the "
         "tokens a request is sized by fit in one block (T <= B; T = L, or L - 1 under "
         "check_plans_computed_tokens): no previous state block is ever held, no checkpoint taken"),
+    Fix("budget_rechecked_after_late_chunked_prefill_off", "F14-late-chunked-prefill-off-skips-budget-check",
+        "the engine core re-runs SchedulerConfig.verify_max_model_len after it turns chunked prefill off late "
+        "(non-causal attention layers, no KV cache groups), so a budget below max_model_len is refused at "
+        "startup instead of leaving longer prompts waiting forever (upstream PR #55130)"),
 )}
 
 _SWITCHES = Switches("fix", CATALOG)

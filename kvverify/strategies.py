@@ -409,3 +409,52 @@ def block_size_cases(draw) -> BlockSizeCase:
     config = VllmConfig(block_size=cache_bs, max_model_len=4096, enable_prefix_caching=caching,
                         mamba_cache_mode="align" if caching else "none", prefix_match_unit=unit)
     return BlockSizeCase(KVCacheConfig(num_blocks=8, kv_cache_tensors=(), kv_cache_groups=tuple(groups)), config)
+
+
+#: how an engine-core deployment's attention is drawn: causal layers, every attention layer
+#: non-causal (a prefix LM: ``AttentionSpec.non_causal``), or no KV cache at all
+ENGINE_CORE_ATTENTION = ("causal", "non_causal", "no_kv_cache")
+
+
+@dataclass(frozen=True)
+class EngineCoreCase:
+    """A deployment as the engine core starts it (:mod:`kvverify.reference.engine_core`) and the
+    prompt sent to it: ``prompt_len`` ``None`` is the longest admitted (``max_model_len - 1``),
+    else any length in ``[1, max_model_len - 1]`` (taken modulo once the length is resolved)."""
+
+    startup: StartupCase
+    attention: str
+    prompt_len: int | None
+
+    @property
+    def vllm_config(self) -> VllmConfig:
+        return self.startup.vllm_config
+
+    @property
+    def kv_cache_specs(self) -> tuple[dict[str, KVCacheSpec], ...]:
+        return self.startup.kv_cache_specs
+
+
+@st.composite
+def engine_core_cases(draw, *, max_len: int = 256) -> EngineCoreCase:
+    """A :func:`startup_cases` deployment (``max_len``: its longest ``max_model_len``), then: the
+    attention (:data:`ENGINE_CORE_ATTENTION`), ``enable_chunked_prefill`` (on first), a token budget
+    around the planned ``max_model_len`` (+-2 first, else anywhere in ``[1, 2L]``) and
+    ``max_num_seqs`` (1 first, else up to the budget + 1: the ``max_num_seqs`` rule's edge), and a
+    prompt (the longest admitted first)."""
+    case = draw(startup_cases(max_len=max_len, workers=False))
+    attention = draw(_sampled(ENGINE_CORE_ATTENTION))
+    specs = case.kv_cache_specs
+    if attention == "non_causal":
+        specs = tuple({n: replace(s, non_causal=True) if isinstance(s, AttentionSpec) else s
+                       for n, s in w.items()} for w in specs)
+    elif attention == "no_kv_cache":
+        specs = ({},)
+    length = case.vllm_config.planning_max_model_len
+    budget = draw(boundary_int(length, low=1, high=2 * length))
+    seqs = draw(st.one_of(st.just(1), st.integers(1, budget + 1)))
+    config = replace(case.vllm_config, enable_chunked_prefill=not draw(st.booleans()),
+                     max_num_batched_tokens=budget, max_num_seqs=seqs)
+    prompt = draw(st.one_of(st.none(), st.integers(1, 1 << 20)))
+    return EngineCoreCase(replace(case, vllm_config=config, kv_cache_specs=specs, available_memory=None),
+                          attention, prompt)

@@ -22,7 +22,7 @@ from kvverify.reference.grouping import get_global_kv_cache_groups
 from kvverify.reference import specs as specs_module
 from kvverify.reference.config import VllmConfig
 from kvverify.reference.specs import KVCacheSpec, iter_layer_specs
-from kvverify.strategies import block_size_cases, startup_cases
+from kvverify.strategies import block_size_cases, engine_core_cases, startup_cases
 
 #: field -> why no strategy varies it: the reference does not read it, or no input upstream
 #: accepts sets it (a gap the strategies could close does not belong here)
@@ -37,6 +37,11 @@ NOT_VARIED: dict[str, str] = {
     "MLAAttentionSpec.attention_chunk_size": "as sliding_window: upstream's promotions never produce an MLA "
                                              "spec with a chunk (chunked local layers become FullAttentionSpec)",
     "MLAAttentionSpec.head_size_v": "MLA pages are one latent vector (head_size_v = 0 upstream)",
+    "CrossAttentionSpec.non_causal": "the engine core reads non_causal only to turn chunked prefill off late; "
+                                     "an encoder-decoder model has it off before the budget check "
+                                     "(SchedulerConfig.__post_init__), so on its cross-attention layers the flag "
+                                     "only turns prefix caching off, the encoder-decoder case of F8's property "
+                                     "(engine_core_cases varies it on every other kind)",
 }
 
 
@@ -51,6 +56,7 @@ def _config_strategies() -> list[st.SearchStrategy[Any]]:
         block_size_cases(),
         catalog_cases(),
         encoder_decoder_cases(),
+        engine_core_cases(),
     ]
 
 

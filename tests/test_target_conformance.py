@@ -58,6 +58,9 @@ class PlannerOnly:
     def max_concurrency(self, plan: Any) -> float:
         return self._ref.max_concurrency(plan)
 
+    def initialize_engine_core(self, *a: Any, **k: Any) -> Any:
+        return self._ref.initialize_engine_core(*a, **k)
+
     def estimate_max_model_len(self, *a: Any) -> int:
         return self._ref.estimate_max_model_len(*a)
 
@@ -86,7 +89,7 @@ def test_every_capability_has_methods_and_target_is_their_union() -> None:
         assert base.capability_methods(cap), cap
         union += base.capability_methods(cap)
     assert len(union) == len(set(union)) and not set(union) & set(base.BASE_MEMBERS)
-    calls = {"plan", "max_concurrency", "estimate_max_model_len", "check_enough_kv_cache_memory",
+    calls = {"plan", "max_concurrency", "estimate_max_model_len", "check_enough_kv_cache_memory", "initialize_engine_core",
              "resolve_block_sizes", "coordinator_accepts", "resolve_cache_hit_alignment_tokens",
              "kv_cache_manager", "admit_on_empty_pool", "scheduler", "run_workload"}
     assert set(union) == calls

@@ -12,7 +12,7 @@
   budget vLLM raises it to ``max_model_len``). An encoder-decoder model turns chunked prefill off
   before that check. The engine core turns it off *later* (non-causal attention layers, a model
   without KV cache groups) and 0.33.0 does not check again: such an engine starts, and a prompt
-  longer than the budget waits forever (#55130 re-runs the check there).
+  longer than the budget waits forever (finding F14; #55130 re-runs the check there).
 * **Multimodal largest item vs the encoder cache** (#26223 -> #33110): the encoder cache and its
   compute budget are ``max(budget, largest item)`` (``compute_mm_encoder_budget``), so the
   profiled largest item always fits; a request whose item is larger than that is refused with
@@ -29,9 +29,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvverify import fixes
 from kvverify.reference.specs import CrossAttentionSpec, EncoderOnlyAttentionSpec, MambaSpec
 
 GIB = 1 << 30
+LATE_BUDGET_FIX = "budget_rechecked_after_late_chunked_prefill_off"  #: finding F14's fix option
 STAGES = ("before_kv_cache", "after_kv_cache", "runtime")
 
 
@@ -84,6 +86,13 @@ def chunked_prefill_budget(max_model_len: int, max_num_batched_tokens: int, *, c
     """``SchedulerConfig.verify_max_model_len``'s budget rules: refuses iff chunked prefill is off
     and ``max_num_batched_tokens < max_model_len``, or ``max_num_batched_tokens < max_num_seqs``."""
     return (not chunked_prefill and max_num_batched_tokens < max_model_len) or max_num_batched_tokens < max_num_seqs
+
+
+def chunked_prefill_budget_message(max_num_batched_tokens: int, max_model_len: int) -> str:
+    """``verify_max_model_len``'s message for a budget below ``max_model_len`` with chunked prefill off."""
+    return (f"max_num_batched_tokens ({max_num_batched_tokens}) is smaller than max_model_len ({max_model_len}). This "
+            "effectively limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject longer "
+            "sequences. Please increase max_num_batched_tokens or decrease max_model_len.")
 
 
 def mm_encoder_budget(max_num_batched_tokens: int, largest_item: int, *, encoder_cache_size: int | None = None,
@@ -155,19 +164,23 @@ def _budget(layout: Any, plan: Any, chunked_prefill: bool, budget_given: bool, s
                         f"chunked prefill off: vLLM raises max_num_batched_tokens to max_model_len ({length:,})",
                         numbers=numbers)
         refuses = chunked_prefill_budget(length, budget, chunked_prefill=False)
-        budget_msg = (f"max_num_batched_tokens ({budget}) is smaller than max_model_len ({length}). This effectively "
-                      "limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject longer "
-                      "sequences. Please increase max_num_batched_tokens or decrease max_model_len.") if refuses else None
+        budget_msg = chunked_prefill_budget_message(budget, length) if refuses else None
         summary = (f"chunked prefill is off and max_num_batched_tokens {budget:,} < max_model_len {length:,}"
                    if refuses else f"chunked prefill off: max_num_batched_tokens {budget:,} >= max_model_len {length:,}")
         return Trap("token_budget", True, not refuses, "before_kv_cache", summary, budget_msg, numbers=numbers)
     if late is not None:
         hangs = budget < length
+        if hangs and fixes.is_on(LATE_BUDGET_FIX):  # F14's patch: the engine core checks again, refuses
+            stage = "before_kv_cache" if plan.groups else "after_kv_cache"
+            return Trap("token_budget", True, False, stage,
+                        f"{late}, then (with the F14 fix) refused: max_num_batched_tokens {budget:,} < max_model_len "
+                        f"{length:,}", chunked_prefill_budget_message(budget, length), numbers=numbers)
         summary = (f"{late} after checking the budget: a prompt of more than {budget:,} tokens (max_num_batched_"
                    f"tokens) never gets scheduled; max_model_len is {length:,}" if hangs else
                    f"{late}; every prompt fits max_num_batched_tokens {budget:,}")
-        note = ("vLLM 0.33.0 does not re-check the budget after this late hook (#55130 does): such an engine starts, "
-                "and longer prompts wait forever") if hangs else None
+        note = ("vLLM 0.33.0 does not re-check the budget after this late hook (finding F14, "
+                "reports/findings/F14-late-chunked-prefill-off-skips-budget-check.md; upstream PR #55130 re-checks): "
+                "such an engine starts, and longer prompts wait forever") if hangs else None
         return Trap("token_budget", True, not hangs, "runtime", summary, note=note, numbers=numbers)
     return Trap("token_budget", False, True, "before_kv_cache", "chunked prefill on: any prompt is split into steps",
                 numbers=numbers)

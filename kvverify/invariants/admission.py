@@ -57,3 +57,23 @@ def check_admitted_on_empty_pool(target: Target, plan: StartupPlan, num_tokens: 
                           "a request within the startup bound is refused on an empty pool "
                           "(it would wait at the head of the queue forever)", evidence)]
     return []
+
+
+def check_started_engine_serves(target: Target, plan: StartupPlan, workload: Sequence[WorkloadSpec],
+                                *, late: str | None = None) -> list[Violation]:
+    """A started engine (after every startup hook, :mod:`kvverify.reference.engine_core`) serves
+    a prompt it admits, with or without KV cache groups. ``late``: the startup hook that turned
+    chunked prefill off after the budget was checked, for the evidence (finding F14)."""
+    if not plan.starts:
+        return []
+    result = target.run_workload(plan, workload, keep_trace=False)
+    if result.completed:
+        return []
+    cfg = plan.vllm_config
+    return [Violation("admission.started_but_never_scheduled" if result.stall_reason else "admission.raised",
+                      "the engine started, accepted the prompt, and never finished it",
+                      {"stall": result.stall_reason, "error": result.error, "steps": result.steps,
+                       "prompt_tokens": [len(w.prompt_token_ids) for w in workload],
+                       "max_model_len": cfg.max_model_len, "max_num_batched_tokens": cfg.max_num_batched_tokens,
+                       "enable_chunked_prefill": cfg.enable_chunked_prefill, "turned_off_late_by": late,
+                       "waiting": result.waiting, "running": result.running})]

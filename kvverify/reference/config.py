@@ -52,6 +52,10 @@ class VllmConfig:
     prefix_cache_retention_interval: int | None = 0
     #: upstream ``SchedulerConfig.policy``: ``"fcfs"`` or ``"priority"``
     scheduling_policy: str = "fcfs"
+    #: upstream ``SchedulerConfig.enable_chunked_prefill``: off, a prompt is scheduled whole or
+    #: not at all (``SchedulerConfig.verify_max_model_len`` and the engine core's late hooks:
+    #: :mod:`kvverify.reference.engine_core`)
+    enable_chunked_prefill: bool = True
 
     def __post_init__(self) -> None:
         require_int("block_size", self.block_size, minimum=1, maximum=MAX_TOKENS)
@@ -77,7 +81,8 @@ class VllmConfig:
                 self.gpu_memory_utilization, bool) or not 0 < self.gpu_memory_utilization <= 1:
             raise ConfigError("gpu_memory_utilization", self.gpu_memory_utilization, "must be in (0, 1]")
         require_int("non_kv_cache_memory_bytes", self.non_kv_cache_memory_bytes, minimum=0, maximum=MAX_BYTES)
-        for name in ("enable_prefix_caching", "kv_connector", "disable_hybrid_kv_cache_manager"):
+        for name in ("enable_prefix_caching", "kv_connector", "disable_hybrid_kv_cache_manager",
+                     "enable_chunked_prefill"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, getattr(self, name), "must be a bool")
         if self.prefix_match_unit is not None:

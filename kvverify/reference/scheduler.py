@@ -11,6 +11,8 @@ step of 0.33.0's synchronous FCFS policy, reduced to what decides capacity:
 * **waiting** only if nobody was preempted this step: peek the head, look up the
   prefix cache, ``allocate_slots(full_sequence_must_fit=True)``; on ``None`` →
   **break** (head-of-line blocking); stop at ``max_num_seqs`` running or no budget;
+  with ``enable_chunked_prefill`` off, a head whose remaining tokens exceed the budget left
+  also **breaks** (upstream: "If chunked_prefill is disabled, we can stop the scheduling here");
 * a request that has computed all its tokens samples one (a deterministic fake id);
   it finishes when ``num_tokens >= L`` or ``max_tokens`` outputs exist.
 
@@ -118,6 +120,7 @@ class Scheduler:
         self.max_num_scheduled_tokens = vllm_config.max_num_batched_tokens
         self.max_num_running_reqs = vllm_config.max_num_seqs
         self.num_lookahead_tokens = vllm_config.num_lookahead_tokens
+        self.enable_chunked_prefill = vllm_config.enable_chunked_prefill
         self.full_sequence_must_fit = full_sequence_must_fit
         self.block_size = scheduler_block_size
         self.hash_block_size = hash_block_size
@@ -285,6 +288,8 @@ class Scheduler:
                 else:
                     computed_blocks, num_local = kvm.empty_kv_cache_blocks, 0
                 num_computed = request.num_computed_tokens + num_local
+                if not self.enable_chunked_prefill and request.num_tokens - num_computed > token_budget:
+                    break  # chunked prefill off: the prompt is scheduled whole or not at all
                 num_new = min(request.num_tokens - num_computed, token_budget)
                 if self.need_mamba_block_aligned_split:
                     num_new = self._mamba_block_aligned_split(request, num_new, num_local)

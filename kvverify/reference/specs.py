@@ -80,10 +80,16 @@ class AttentionSpec(KVCacheSpec):
     dtype: str = "bfloat16"
     head_size_v: int | None = None
     page_size_padded: int | None = None
+    #: upstream ``AttentionSpec.non_causal``: the layer attends non-causally (a prefix LM); the
+    #: engine core then turns chunked prefill and prefix caching off, after the budget was
+    #: checked (:func:`kvverify.reference.engine_core.initialize_engine_core`, finding F14)
+    non_causal: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
         name = type(self).__name__
+        if not isinstance(self.non_causal, bool):
+            raise ConfigError(f"{name}.non_causal", self.non_causal, "must be true or false")
         require_int(f"{name}.num_kv_heads", self.num_kv_heads, minimum=1, maximum=2**20)
         require_int(f"{name}.head_size", self.head_size, minimum=1, maximum=2**20)
         get_dtype_size(self.dtype, f"{name}.dtype")

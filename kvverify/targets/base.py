@@ -153,6 +153,13 @@ class PlannerTarget(Protocol):
         """Upstream's public ``check_enough_kv_cache_memory``: ``None`` if it passes, else its message."""
         ...
 
+    def initialize_engine_core(self, vllm_config: VllmConfig, kv_cache_specs: Sequence[Mapping[str, KVCacheSpec]],
+                               available_memory: Sequence[int] | None = None) -> StartupPlan:
+        """The plan after the engine core's startup hooks (``SchedulerConfig``'s budget check, the late
+        chunked-prefill disables of ``EngineCore``): ``starts=False`` with the message on a refusal,
+        ``plan.vllm_config`` as the Scheduler reads it (finding F14)."""
+        ...
+
 
 class BlockSizesTarget(Protocol):
     """``Capability.BLOCK_SIZES``: ``resolve_kv_cache_block_sizes`` and the coordinator's acceptance."""

@@ -182,6 +182,10 @@ def _check_planner(target: Target, plan: StartupPlan, call: Call, problems: list
     if refused is not None and (not isinstance(refused, StartupPlan) or refused.starts
                                 or not isinstance(refused.error, str)):
         problems.append("plan: a 2-block budget (4 needed) must be refused with an error message")
+    started = call("initialize_engine_core", lambda: target.initialize_engine_core(probe_config(), [probe_specs()]))
+    if started is not None and (not isinstance(started, StartupPlan) or not started.starts
+                                or not started.vllm_config.enable_chunked_prefill):
+        problems.append("initialize_engine_core: a roomy causal deployment must start with chunked prefill on")
     conc = call("max_concurrency", lambda: target.max_concurrency(plan))
     if conc is not None and (not isinstance(conc, float) or not math.isfinite(conc) or conc < 1):
         problems.append(f"max_concurrency: expected a finite float >= 1 for a roomy pool, got {conc!r}")

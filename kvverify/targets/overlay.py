@@ -45,6 +45,7 @@ PATCHES: dict[str, str] = {
     "chunked_local_alignment_checked_at_startup": "F7-chunked-local-hybrid-asserts-after-startup.diff",
     "encoder_decoder_prefix_caching_refused": "F8-encoder-decoder-prefix-caching-crashes.diff",
     "mamba_align_bound_exact": "F9-mamba-align-bound-slack.diff",
+    "budget_rechecked_after_late_chunked_prefill_off": "F14-late-chunked-prefill-off-skips-budget-check.diff",
 }
 
 #: bump when the layout of an overlay changes (old cache entries are then ignored)

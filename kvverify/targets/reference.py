@@ -51,6 +51,13 @@ class ReferenceTarget:
         """:func:`kvverify.reference.planner.plan_kv_cache` (upstream ``get_kv_cache_configs`` + the check)."""
         return plan_kv_cache(vllm_config, kv_cache_specs, available_memory)
 
+    def initialize_engine_core(self, vllm_config: VllmConfig, kv_cache_specs: Sequence[Mapping[str, KVCacheSpec]],
+                               available_memory: Sequence[int] | None = None) -> StartupPlan:
+        """:func:`kvverify.reference.engine_core.initialize_engine_core`: the plan after the engine
+        core's startup hooks (``SchedulerConfig``'s budget check, the late chunked-prefill disables)."""
+        from kvverify.reference.engine_core import initialize_engine_core
+        return initialize_engine_core(vllm_config, kv_cache_specs, available_memory)
+
     def max_concurrency(self, plan: StartupPlan) -> float:
         """``get_max_concurrency_for_kv_cache_config`` on the plan (what the engine logs)."""
         return planner.get_max_concurrency_for_kv_cache_config(plan.vllm_config, plan.kv_cache_config)

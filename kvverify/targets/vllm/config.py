@@ -116,6 +116,9 @@ def upstream_config(config: VllmConfig, *, max_model_len: int | None = None) -> 
     # is assigned afterwards (no validation on assignment).
     vc.model_config = _model_config_stand_in(length, -1 if auto else length)
     vc.scheduler_config.max_num_encoder_input_tokens = config.encoder_tokens
+    # assigned after construction, as EngineCore's late hooks do (SchedulerConfig's own budget
+    # check is asked separately: kvverify.targets.vllm.engine_core)
+    vc.scheduler_config.enable_chunked_prefill = config.enable_chunked_prefill
     if config.num_lookahead_tokens or config.num_prefill_lookahead_tokens:
         _set_lookahead(caps, vc, config.num_lookahead_tokens, config.num_prefill_lookahead_tokens)
     if caps.spec_registry:

@@ -33,6 +33,13 @@ def _reserves_null_block(caps: Compat, rules: CheckRules) -> bool:
     return rules.reserves_null_block
 
 
+def _has_non_causal_specs(caps: Compat, rules: CheckRules) -> bool:
+    """``AttentionSpec.non_causal`` and the engine core's hook on it came together (0.25.0); a
+    release whose ``FullAttentionSpec`` was not detected stays strict, as an unknown finding does."""
+    fields = caps.spec_fields.get("FullAttentionSpec")
+    return fields is None or "non_causal" in fields
+
+
 #: Finding (``reports/findings/F<n>-*.md``; a repro id of
 #: ``properties/test_differential.py::test_finding_reproduces_on_vllm``) -> the capability the
 #: defect lives in; ``None``: every supported release. Each entry is confirmed by running the
@@ -53,6 +60,9 @@ FINDING_CAPABILITY: dict[str, Callable[[Compat, CheckRules], bool] | None] = {
     # Mamba align's 2 + S: its replay's pool (N = 2) starts where the check reserves no null block
     # (replayed on every installed release: reproduces on 0.29.0 and later, as F3)
     "F9": _reserves_null_block,
+    # EngineCore turns chunked prefill off for non-causal specs after the budget check, and
+    # never checks again (properties/test_engine_core.py drives the real hook on this target)
+    "F14": _has_non_causal_specs,
 }
 
 

@@ -90,6 +90,12 @@ class VllmTarget:
         """The release's startup plan (:func:`.planner.plan`)."""
         return planner.plan(self, vllm_config, kv_cache_specs, available_memory)
 
+    def initialize_engine_core(self, vllm_config: VllmConfig, kv_cache_specs: Sequence[Mapping[str, kv.KVCacheSpec]],
+                               available_memory: Sequence[int] | None = None) -> StartupPlan:
+        """The release's own startup hooks around the plan (:mod:`.engine_core`; finding F14)."""
+        from kvverify.targets.vllm import engine_core
+        return engine_core.initialize_engine_core(self, vllm_config, kv_cache_specs, available_memory)
+
     def max_concurrency(self, plan: StartupPlan) -> float:
         """Upstream ``get_max_concurrency_for_kv_cache_config`` on the plan (what the engine logs)."""
         u = runtime.build(self, plan, resolve_block_sizes=False)
