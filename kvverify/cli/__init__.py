@@ -11,6 +11,7 @@
     kvverify models               the model catalog
     kvverify releases             the suite against every installed vLLM release -> docs/releases.md
     kvverify findings             the findings: fix option, vLLM patch, upstream-style test, verified
+    kvverify mutate --target vllm mutate the installed vLLM's KV-cache modules, run the properties
 
 Exit status: 0 all as expected, 1 a check/property/lemma failed (or a flaw escaped),
 2 bad input (the message names the field).
@@ -93,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_findings_parser(sub)
     from kvverify.cli.releases import add_releases_parser
     add_releases_parser(sub)
+    from kvverify.cli.mutate import add_mutate_parser
+    add_mutate_parser(sub)
     return p
 
 
