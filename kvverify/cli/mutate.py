@@ -71,15 +71,15 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     unknown = [n for n in args.mutant if n.split(":", 1)[0] not in in_scope]
     if unknown:
         raise ConfigError("mutant", unknown[0], f"no such module in the selection; modules: {', '.join(in_scope)}")
-    if args.list:
-        for mu in selected:
-            print(f"{mu.name}\t{mu.path}:{mu.line}\t{report.digest(mu)}")
-        return 0
     suites = [runner.guarantee_suite()]
     if not args.no_differential:
         suites.append(runner.differential_suite())
     if args.vllm_tests:
         suites.append(runner.vllm_tests_suite(args.vllm_tests))
+    if args.list:
+        for mu in selected:
+            print(f"{mu.name}\t{mu.path}:{mu.line}\t{report.digest(mu)}")
+        return 0
     root = Path(__file__).resolve().parents[2]
     limits = engine.Limits(cpu_factor=args.cpu_factor)
     log = sys.stderr

@@ -28,7 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,7 +167,7 @@ def _apply(patch: Path, root: Path) -> None:
                             f"{(done.stdout + done.stderr).strip()[-800:]}")
 
 
-def _publish(final: Path, manifest: dict[str, object], fill: Callable[[Path], None]) -> None:
+def _publish(final: Path, manifest: Mapping[str, object], fill: Callable[[Path], None]) -> None:
     """Build ``final`` unless it exists: ``fill`` a temporary directory beside it, then rename it
     into place (atomic; a process that loses the race keeps the winner's identical copy)."""
     if (final / _MANIFEST).is_file():
