@@ -263,13 +263,14 @@ def test_bad_input_is_a_clear_error_exit_2(fake: dict[str, Path], capsys: pytest
     # the stand-in vllm has a pool but no planner: a vLLM without the module
     assert main(["mutate", "--target", "vllm", "--module", "planner", "--python", sys.executable]) == 2
     assert "has no vllm/v1/core/kv_cache_utils.py" in capsys.readouterr().err
+    monkeypatch.setenv("PYTHONPATH", str(fake["site"].parent / "empty"))
+    assert main(["mutate", "--target", "vllm", "--python", sys.executable]) == 2
+    assert "needs vLLM installed" in capsys.readouterr().err
+    monkeypatch.setenv("PYTHONPATH", str(fake["site"]))
     pytest.importorskip("mutmut")
     assert main(["mutate", "--target", "vllm", "--module", "pool", "--python", sys.executable,
                  "--vllm-tests", str(fake["site"] / "missing"), "--list"]) == 2
     assert "--vllm-tests: no such file" in capsys.readouterr().err
-    monkeypatch.setenv("PYTHONPATH", str(fake["site"].parent / "empty"))
-    assert main(["mutate", "--target", "vllm", "--python", sys.executable]) == 2
-    assert "needs vLLM installed" in capsys.readouterr().err
 
 
 def test_list_prints_the_selected_mutants(fake: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
