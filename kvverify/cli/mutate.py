@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,9 @@ def add_mutate_parser(sub: Any) -> None:
                    help="CPU-time limit of a suite run: this many times its unmutated CPU time (at least 60 s)")
     m.add_argument("--equivalents", default=str(EQUIVALENTS), metavar="PATH",
                    help="the equivalent mutants' list (NAME DIGEST [class] reason)")
+    m.add_argument("--results", default=None, metavar="PATH",
+                   help="append each mutant's result to this JSON-lines file as it finishes, and reuse the results "
+                        "already in it (resume an interrupted run; the baseline runs again)")
     m.add_argument("--output", default=None, metavar="PATH", help="write the Markdown report here")
     m.add_argument("--json", action="store_true", help="print the results as JSON")
     m.set_defaults(func=cmd_mutate)
@@ -85,15 +91,30 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     log = sys.stderr
     print(f"kvverify mutate: {len(selected)} mutants of {', '.join(in_scope)} in {source}; baseline runs "
           f"of {', '.join(s.name for s in suites)}", file=log, flush=True)
+    done = report.load_results(Path(args.results)) if args.results else {}
     bases = engine.baselines(python, suites, root, limits)
+    lock = threading.Lock()
 
     def progress(r: engine.MutantResult) -> None:
         kind = report.kill_kind(r) or "SURVIVED"
         extra = " ".join(f"{s}={v.kind}" for s, v in r.verdicts.items())
-        print(f"  {r.mutant.name}: {kind} ({extra})", file=log, flush=True)
+        with lock:
+            print(f"  {r.mutant.name}: {kind} ({extra})", file=log, flush=True)
+            if args.results:
+                with open(args.results, "a") as f:
+                    f.write(json.dumps(report.record(r)) + "\n")
 
-    results = engine.run(python, selected, bases, root=root, source=source, limits=limits,
-                         workers=args.workers, progress=progress)
+    todo = [m for m in selected if m.name not in done]
+    previous = signal.signal(signal.SIGTERM, lambda *_: runner.STOP.set())
+    try:
+        fresh = {r.mutant.name: r for r in engine.run(python, todo, bases, root=root, source=source,
+                                                      limits=limits, workers=args.workers, progress=progress)}
+    except KeyboardInterrupt:
+        runner.STOP.set()
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    results = [fresh.get(m.name) or done[m.name] for m in selected]
     data = report.summarize(results, in_scope, equivalents)
     command = "kvverify mutate " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["mutate"] \
         else "kvverify mutate --target vllm"

@@ -26,7 +26,7 @@ from typing import Any
 from kvverify.errors import KVVerifyError
 from kvverify.mutate.engine import Baseline, MutantResult
 from kvverify.mutate.generate import Mutant
-from kvverify.mutate.outcomes import ASSERTION, CRASH, TIMEOUT
+from kvverify.mutate.outcomes import ASSERTION, CRASH, TIMEOUT, Verdict
 
 KINDS = ("property", "differential", "crash", "timeout")
 _LINE = re.compile(r"^(\S+)\s+([0-9a-f]{12})\s+\[(\w+)\]\s+(.+)$")
@@ -173,9 +173,38 @@ def _row(label: str, row: dict[str, Any]) -> str:
             f"{row['crash']} | {row['timeout']} | {_rate(row['property'], non_eq)} | {vt} |")
 
 
+def record(result: MutantResult) -> dict[str, Any]:
+    """One mutant's result as a JSON line (``--results``: written as each mutant finishes)."""
+    m = result.mutant
+    return {"name": m.name, "module": m.module, "path": m.path, "function": m.function, "line": m.line,
+            "diff": m.diff, "verdicts": {s: {"kind": v.kind, "changed": [list(c) for c in v.changed]}
+                                         for s, v in result.verdicts.items()}}
+
+
+def from_record(rec: dict[str, Any]) -> MutantResult:
+    """The inverse of :func:`record` (the mutated file's text is not kept: ``source`` is empty)."""
+    m = Mutant(rec["name"], rec["module"], rec["path"], rec["function"], rec["line"], "", rec["diff"])
+    return MutantResult(m, {s: Verdict(v["kind"], tuple((a, b) for a, b in v["changed"]))
+                            for s, v in rec["verdicts"].items()})
+
+
+def load_results(path: Path) -> dict[str, MutantResult]:
+    """``name -> result`` of a ``--results`` file (missing file: none); a torn last line is ignored."""
+    out: dict[str, MutantResult] = {}
+    if not path.is_file():
+        return out
+    for line in path.read_text().splitlines():
+        try:
+            r = from_record(json.loads(line))
+        except (ValueError, KeyError, TypeError):
+            continue
+        out[r.mutant.name] = r
+    return out
+
+
 def render_json(data: dict[str, Any]) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-__all__ = ["Equivalent", "KINDS", "digest", "kill_kind", "load_equivalents", "render_json", "render_markdown",
-           "summarize", "wilson"]
+__all__ = ["Equivalent", "KINDS", "digest", "from_record", "kill_kind", "load_equivalents", "load_results",
+           "record", "render_json", "render_markdown", "summarize", "wilson"]

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,9 @@ _NOT_VLLM = ("properties/test_arith_backends.py", "properties/test_lemmas.py", "
              "properties/test_recorded_lengths.py", "properties/test_sglang.py",
              "properties/test_sglang_conformance.py", "properties/test_sglang_differential.py")
 DIFFERENTIAL = ("properties/test_differential.py", "properties/test_differential_lengths.py")
+
+#: set to stop every run in progress (SIGTERM, Ctrl-C): each kills its process group and raises
+STOP = threading.Event()
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,11 @@ def run_suite(python: str, suite: Suite, *, root: Path, overlay: Path | None, cp
                     pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
                     if pid:
                         break
+                    if STOP.is_set():
+                        _kill_group(proc.pid)
+                        os.wait4(proc.pid, 0)
+                        usage = None
+                        raise KVVerifyError("interrupted: the runs in progress were stopped")
                     if time.monotonic() > deadline:
                         timed_out = True
                         _kill_group(proc.pid)
@@ -161,4 +170,4 @@ def vllm_source(python: str) -> Path:
 
 
 __all__ = ["DIFFERENTIAL", "RunResult", "Suite", "default_python", "differential_suite", "guarantee_suite",
-           "run_suite", "vllm_env", "vllm_source", "vllm_tests_suite"]
+           "STOP", "run_suite", "vllm_env", "vllm_source", "vllm_tests_suite"]
