@@ -295,3 +295,34 @@ def test_a_real_vllm_mutant_is_caught(tmp_path: Path, capsys: pytest.CaptureFixt
     data = json.loads(capsys.readouterr().out)
     assert rc == 0 and data["mutants"][0]["kind"] in ("crash", "property")
     assert "| `pool` |" in out.read_text()
+
+
+def test_results_lines_round_trip_and_resume(fake: dict[str, Path], tmp_path: Path) -> None:
+    _, every = _pool_mutants(fake)
+    r = engine.MutantResult(every[0], {"guarantee": outcomes.Verdict("crash", (("t::x", "crash: TypeError"),))})
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(report.record(r)) + "\n" + '{"torn": ')
+    back = report.load_results(path)
+    assert list(back) == [every[0].name]
+    got = back[every[0].name]
+    assert got.verdicts == r.verdicts and got.mutant.diff == every[0].diff and report.kill_kind(got) == "crash"
+    assert report.load_results(tmp_path / "none.jsonl") == {}
+
+
+def test_stop_ends_a_run_in_progress_and_its_processes(tmp_path: Path) -> None:
+    import threading
+
+    suite_dir = tmp_path / "slow"
+    suite_dir.mkdir()
+    (suite_dir / "test_slow.py").write_text("import time\ndef test_slow():\n    time.sleep(600)\n")
+    timer = threading.Timer(1.0, runner.STOP.set)
+    timer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(KVVerifyError, match="interrupted"):
+            runner.run_suite(sys.executable, runner.Suite("guarantee", (str(suite_dir),), target=False),
+                             root=tmp_path, overlay=None, cpu_limit=60, wall_limit=600)
+    finally:
+        timer.cancel()
+        runner.STOP.clear()
+    assert time.monotonic() - started < 60
