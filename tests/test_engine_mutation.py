@@ -307,6 +307,10 @@ def test_results_lines_round_trip_and_resume(fake: dict[str, Path], tmp_path: Pa
     got = back[every[0].name]
     assert got.verdicts == r.verdicts and got.mutant.diff == every[0].diff and report.kill_kind(got) == "crash"
     assert report.load_results(tmp_path / "none.jsonl") == {}
+    out = tmp_path / "r.md"
+    assert main(["mutate", "--target", "vllm", "--module", "pool", "--python", sys.executable, "--report-only",
+                 "--results", str(path), "--mutant", every[0].name, "--output", str(out)]) == 0  # killed
+    assert "| `pool` |" in out.read_text() and "| 1 | 1 | 0 | 0 |" in out.read_text()
 
 
 def test_stop_ends_a_run_in_progress_and_its_processes(tmp_path: Path) -> None:

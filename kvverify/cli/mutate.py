@@ -49,6 +49,8 @@ def add_mutate_parser(sub: Any) -> None:
     m.add_argument("--results", default=None, metavar="PATH",
                    help="append each mutant's result to this JSON-lines file as it finishes, and reuse the results "
                         "already in it (resume an interrupted run; the baseline runs again)")
+    m.add_argument("--report-only", action="store_true",
+                   help="run nothing: report the selected mutants that --results already holds")
     m.add_argument("--output", default=None, metavar="PATH", help="write the Markdown report here")
     m.add_argument("--json", action="store_true", help="print the results as JSON")
     m.set_defaults(func=cmd_mutate)
@@ -92,7 +94,14 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     print(f"kvverify mutate: {len(selected)} mutants of {', '.join(in_scope)} in {source}; baseline runs "
           f"of {', '.join(s.name for s in suites)}", file=log, flush=True)
     done = report.load_results(Path(args.results)) if args.results else {}
-    bases = engine.baselines(python, suites, root, limits)
+    if args.report_only:
+        if not args.results:
+            raise ConfigError("report_only", True, "needs --results FILE")
+        selected = [m for m in selected if m.name in done]
+    bases = [] if args.report_only else engine.baselines(python, suites, root, limits)
+    for b in bases:
+        print(f"  baseline {b.suite.name}: {b.usable} tests usable, {b.cpu_seconds:.0f} s CPU"
+              + (f", left out (failing unmutated): {', '.join(b.left_out)}" if b.left_out else ""), file=log, flush=True)
     lock = threading.Lock()
 
     def progress(r: engine.MutantResult) -> None:
