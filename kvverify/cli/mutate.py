@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shlex
 import signal
@@ -113,7 +114,9 @@ def cmd_mutate(args: argparse.Namespace) -> int:
                 with open(args.results, "a") as f:
                     f.write(json.dumps(report.record(r)) + "\n")
 
-    todo = [m for m in selected if m.name not in done]
+    # round robin over the modules: an interrupted run has measured every module alike
+    by_module = [[m for m in selected if m.module == name and m.name not in done] for name in in_scope]
+    todo = [m for round_ in itertools.zip_longest(*by_module) for m in round_ if m is not None]
     previous = signal.signal(signal.SIGTERM, lambda *_: runner.STOP.set())
     try:
         fresh = {r.mutant.name: r for r in engine.run(python, todo, bases, root=root, source=source,
