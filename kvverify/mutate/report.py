@@ -144,7 +144,7 @@ def render_markdown(data: dict[str, Any], *, command: str, bases: list[Baseline]
               "property | differential | crash | timeout | guarantee properties alone | vLLM's tests |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     total = {k: 0 for k in ("in_scope", "run", "killed", "survived", "equivalent", *KINDS,
-                            "vllm_tests_run", "vllm_tests_killed")}
+                            "vllm_tests_run", "vllm_tests_killed", "only_vllm_tests", "only_kvverify")}
     for name, row in data["modules"].items():
         for k in total:
             total[k] += row[k]
@@ -152,6 +152,16 @@ def render_markdown(data: dict[str, Any], *, command: str, bases: list[Baseline]
     if len(data["modules"]) > 1:
         lines.append(_row("**all**", total))
     lines.append("")
+    if total["vllm_tests_run"]:
+        lines += ["Side by side on the same (non-equivalent) mutants:", "",
+                  "| module | mutants | kvverify's suites kill | vLLM's tests kill | only kvverify | only vLLM's tests |",
+                  "|---|---|---|---|---|---|"]
+        for name, row in data["modules"].items():
+            if row["vllm_tests_run"]:
+                n = row["vllm_tests_run"]
+                lines.append(f"| `{name}` | {n} | {_rate(row['killed'], n)} | {_rate(row['vllm_tests_killed'], n)} | "
+                             f"{row['only_kvverify']} | {row['only_vllm_tests']} |")
+        lines.append("")
     survivors = [m for m in data["mutants"] if m["status"] == "survived"]
     lines.append(f"## Survivors ({len(survivors)})")
     for m in survivors:
