@@ -15,9 +15,7 @@ from typing import Any
 
 from kvverify.cli.common import Formatter, int_arg
 from kvverify.errors import ConfigError
-from kvverify.mutate import engine, generate, modules, report
-from kvverify.mutate import run as runner
-from kvverify.safefiles import write_text
+from kvverify.mutate import modules
 
 EQUIVALENTS = Path(__file__).resolve().parents[2] / "docs" / "mutation-engine-equivalent.txt"
 
@@ -59,6 +57,12 @@ def add_mutate_parser(sub: Any) -> None:
 
 def cmd_mutate(args: argparse.Namespace) -> int:
     """Exit 0: no survivor (beyond listed equivalents); 1: survivors; 2: bad input."""
+    # imported here: building the `kvverify` parser must not import the target layer (it would
+    # change the import order of the flaw registries every other command relies on)
+    from kvverify.mutate import engine, generate, report
+    from kvverify.mutate import run as runner
+    from kvverify.safefiles import write_text
+
     if args.target != "vllm":
         raise ConfigError("target", args.target, "engine mutation supports: vllm")
     if args.cpu_factor <= 0:
@@ -105,7 +109,7 @@ def cmd_mutate(args: argparse.Namespace) -> int:
               + (f", left out (failing unmutated): {', '.join(b.left_out)}" if b.left_out else ""), file=log, flush=True)
     lock = threading.Lock()
 
-    def progress(r: engine.MutantResult) -> None:
+    def progress(r: "engine.MutantResult") -> None:
         kind = report.kill_kind(r) or "SURVIVED"
         extra = " ".join(f"{s}={v.kind}" for s, v in r.verdicts.items())
         with lock:

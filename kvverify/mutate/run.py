@@ -90,8 +90,12 @@ def vllm_env(overlay: Path | None, reports: Path) -> dict[str, str]:
     return env
 
 
-def _limit(cpu_seconds: int) -> None:  # pragma: no cover - runs in the child before exec
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
+def _limit(pid: int, cpu_seconds: int) -> None:
+    """RLIMIT_CPU of process ``pid`` (inherited by the processes it starts afterwards)."""
+    try:
+        resource.prlimit(pid, resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
+    except (ProcessLookupError, PermissionError):  # it already ended
+        pass
 
 
 def _kill_group(pgid: int) -> None:
@@ -116,7 +120,8 @@ def run_suite(python: str, suite: Suite, *, root: Path, overlay: Path | None, cp
         with open(Path(tmp) / "out.txt", "w+b") as out:
             proc = subprocess.Popen(cmd, cwd=root, env=vllm_env(overlay, Path(tmp) / "reports"),
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True, preexec_fn=lambda: _limit(cpu_limit))
+                                    start_new_session=True)
+            _limit(proc.pid, cpu_limit)  # not preexec_fn: runs are started from worker threads
             deadline = time.monotonic() + wall_limit
             status, usage, timed_out = 0, None, False
             try:
