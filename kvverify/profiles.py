@@ -83,6 +83,10 @@ def register_profiles(scope: str = "reference") -> None:
     settings.register_profile("mutation", max_examples=int(os.environ.get("KVVERIFY_MUTATION_EXAMPLES", "20")),
                               deadline=None, derandomize=True, database=None,
                               suppress_health_check=_SUPPRESS, stateful_step_count=30)
+    # engine mutation (kvverify mutate, docs/mutation.md): the mutation profile without shrinking,
+    # a failing example only has to be found, not minimised
+    settings.register_profile("engine-mutation", parent=settings.get_profile("mutation"),
+                              phases=[Phase.explicit, Phase.reuse, Phase.generate])
     try:
         nightly_db: ExampleDatabase = exampledb.open_database(exampledb.nightly_location())
     except ConfigError as e:  # a bad KVVERIFY_DB fails the runs that use it (check_database), no other

@@ -12,6 +12,7 @@
     kvverify releases             the suite against every installed vLLM release -> docs/releases.md
     kvverify findings             the findings: fix option, vLLM patch, upstream-style test, verified
     kvverify diff --base X        the suite on a base vLLM and on yours: only what changed
+    kvverify mutate --target vllm mutate the installed vLLM's KV-cache modules, run the properties
 
 Exit status: 0 all as expected, 1 a check/property/lemma failed (or a flaw escaped),
 2 bad input (the message names the field).
@@ -96,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_releases_parser(sub)
     from kvverify.cli.diff import add_diff_parser
     add_diff_parser(sub)
+    from kvverify.cli.mutate import add_mutate_parser
+    add_mutate_parser(sub)
     return p
 
 

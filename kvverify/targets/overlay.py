@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,6 +168,26 @@ def _apply(patch: Path, root: Path) -> None:
                             f"{(done.stdout + done.stderr).strip()[-800:]}")
 
 
+def _publish(final: Path, manifest: Mapping[str, object], fill: Callable[[Path], None]) -> None:
+    """Build ``final`` unless it exists: ``fill`` a temporary directory beside it, then rename it
+    into place (atomic; a process that loses the race keeps the winner's identical copy)."""
+    if (final / _MANIFEST).is_file():
+        return
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
+    try:
+        fill(tmp)
+        (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        try:
+            os.replace(tmp, final)  # atomic; fails if another process got there first
+        except OSError:
+            if not (final / _MANIFEST).is_file():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def build(fix_names: list[str] | tuple[str, ...], *, source: Path | None = None,
           cache: Path | None = None) -> Overlay:
     """Build (or reuse) the overlay for ``fix_names``; the shared install is only read."""
@@ -178,24 +199,32 @@ def build(fix_names: list[str] | tuple[str, ...], *, source: Path | None = None,
     final = cache / _key(source, patch_paths)
     manifest = {"format": _FORMAT, "fixes": list(names), "patches": [p.name for p in patch_paths],
                 "source": str(source)}
-    if not (final / _MANIFEST).is_file():
-        cache.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=cache))
-        try:
-            touched = {t for p in patch_paths for t in touched_files(p)}
-            _mirror(source, tmp / "vllm", {t.split("/", 1)[1] for t in touched})
-            for p in patch_paths:
-                _apply(p, tmp)
-            (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-            try:
-                os.replace(tmp, final)  # atomic; fails if another process got there first
-            except OSError:
-                if not (final / _MANIFEST).is_file():
-                    raise
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+    def fill(tmp: Path) -> None:
+        touched = {t for p in patch_paths for t in touched_files(p)}
+        _mirror(source, tmp / "vllm", {t.split("/", 1)[1] for t in touched})
+        for p in patch_paths:
+            _apply(p, tmp)
+
+    _publish(final, manifest, fill)
     return Overlay(final, names, tuple(p.name for p in patch_paths), source)
+
+
+def build_mutant(rel: str, text: str, *, source: Path | None = None, cache: Path | None = None) -> Overlay:
+    """An overlay whose one changed file is ``rel`` (``vllm/...``) with contents ``text`` (a
+    mutant, :mod:`kvverify.mutate`); keyed by the file's text, built atomically like :func:`build`."""
+    source = (source or installed_vllm()).resolve()
+    if not rel.startswith("vllm/") or not (source.parent / rel).is_file():
+        raise KVVerifyError(f"a mutant overlay replaces an existing vllm/... file; {rel!r} is not one under {source}")
+    cache = cache or cache_dir()
+    h = hashlib.sha256(f"kvverify-mutant {_FORMAT}\n{source}\n{rel}\n".encode() + text.encode())
+    final = cache / f"mutant-{h.hexdigest()[:20]}"
+
+    def fill(tmp: Path) -> None:
+        _mirror(source, tmp / "vllm", {rel.split("/", 1)[1]})
+        (tmp / rel).write_text(text)
+
+    _publish(final, {"format": _FORMAT, "mutant": rel, "source": str(source)}, fill)
+    return Overlay(final, (), (), source)
 
 
 def _imported_vllm() -> list[str]:
@@ -256,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["Overlay", "PATCHES", "activate", "active", "build", "cache_dir", "installed_vllm",
+__all__ = ["Overlay", "PATCHES", "activate", "active", "build", "build_mutant", "cache_dir", "installed_vllm",
            "patch_for", "patches_dir", "touched_files"]
 
 

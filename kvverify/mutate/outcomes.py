@@ -1,0 +1,114 @@
+"""A suite run's test outcomes (from its JUnit XML) and what changed under a mutant: the kill kind.
+
+A mutant is judged per test, against the same test on the unmutated engine (the baseline):
+
+* ``assertion``: a test that passed (or was a strict known failure) now fails with an assertion
+  (``assert``, ``AssertionError``, ``pytest.fail``, a strict ``xfail`` that now passes): the
+  test's own verdict. In the ``guarantee`` suite that is a guarantee property's verdict, in the
+  ``differential`` suite the reference-vs-engine comparison's;
+* ``crash``: it now fails with another exception, the module does not import (a collection
+  error, the test missing), or a test the unmutated engine ran is now skipped (the target
+  refused a case it served);
+* ``timeout``: the run hit its CPU-time (or wall) limit.
+
+A test that did not pass on the unmutated engine (failed, errored) is left out of the
+comparison: it cannot tell a mutant apart.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+#: outcome of one test: passed, failed (assertion), crashed (another exception), skipped, xfailed
+PASSED, ASSERTION, CRASH, SKIPPED, XFAILED = "passed", "assertion", "crash", "skipped", "xfailed"
+TIMEOUT, SURVIVED = "timeout", "survived"
+
+_ASSERTION_PREFIXES = ("assert", "AssertionError", "Failed:", "[XPASS(strict)]")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One test's outcome and the first line of its failure message."""
+
+    status: str
+    message: str = ""
+
+
+def _failure_status(message: str) -> str:
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    if first.startswith(_ASSERTION_PREFIXES) or "AssertionError" in first:
+        return ASSERTION
+    return CRASH
+
+
+def parse_junit(path: Path) -> dict[str, Outcome]:
+    """``test id -> Outcome`` of a pytest ``--junitxml`` file (xunit1); ``{}`` if it is missing or
+    unreadable (the run died before writing it)."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return {}
+    out: dict[str, Outcome] = {}
+    for case in root.iter("testcase"):
+        tid = f"{case.get('classname', '')}::{case.get('name', '')}"
+        status, message = PASSED, ""
+        for child in case:
+            message = (child.get("message") or child.text or "").strip()
+            if child.tag == "failure":
+                status = _failure_status(message)
+            elif child.tag == "error":
+                status = CRASH
+            elif child.tag == "skipped":
+                status = XFAILED if child.get("type") == "pytest.xfail" else SKIPPED
+        out[tid] = Outcome(status, message.splitlines()[0][:300] if message else "")
+    return out
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A suite's verdict on one mutant: ``kind`` (survived / assertion / crash / timeout) and the
+    tests whose outcome changed (``test id -> new outcome``), the first few."""
+
+    kind: str
+    changed: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def killed(self) -> bool:
+        return self.kind != SURVIVED
+
+
+def compare(baseline: dict[str, Outcome], mutant: dict[str, Outcome], *, timed_out: bool,
+            stopped_early: bool = False, keep: int = 5) -> Verdict:
+    """The suite's verdict: every test that passed or was a known failure on the unmutated engine,
+    compared with the same test under the mutant (see the module docstring). ``stopped_early``:
+    the run stopped at its first failure (``-x``), so tests missing after it are not errors."""
+    if timed_out:
+        return Verdict(TIMEOUT)
+    changed: list[tuple[str, str]] = [(tid, f"{CRASH}: {o.message}") for tid, o in mutant.items()
+                                      if tid not in baseline and o.status == CRASH]  # collection errors
+    for tid, base in baseline.items():
+        if base.status not in (PASSED, XFAILED):
+            continue
+        now = mutant.get(tid)
+        if now is None:
+            if stopped_early and (changed or any(o.status in (ASSERTION, CRASH) for o in mutant.values())):
+                continue
+            changed.append((tid, f"{CRASH}: not run (collection error)"))
+        elif now.status == base.status:
+            continue
+        elif now.status in (ASSERTION, CRASH):
+            changed.append((tid, f"{now.status}: {now.message}"))
+        elif now.status == SKIPPED and base.status == PASSED:
+            changed.append((tid, f"{CRASH}: skipped ({now.message})"))
+    if not changed and baseline and not mutant:
+        changed.append(("<run>", f"{CRASH}: no JUnit result"))
+    if not changed:
+        return Verdict(SURVIVED)
+    kind = ASSERTION if any(c.startswith(ASSERTION) for _, c in changed) else CRASH
+    return Verdict(kind, tuple(changed[:keep]))
+
+
+__all__ = ["ASSERTION", "CRASH", "Outcome", "PASSED", "SKIPPED", "SURVIVED", "TIMEOUT", "Verdict",
+           "XFAILED", "compare", "parse_junit"]
