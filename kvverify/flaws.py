@@ -86,6 +86,35 @@ CATALOG: dict[str, Flaw] = {f.name: f for f in (
          "ValueError: Cannot get N free blocks right after an admission that said it fits",
          "get_num_blocks_to_allocate does not count prefix-cache hits sitting in the free queue",
          "kvverify.props.runtime.test_predictor_equals_allocator"),
+    Flaw("async_load_unreserved", "#45387 / #45388, fixed by #44560",
+         "Running: 0, Waiting: N, free blocks present, 0 tok/s under a KV-offloading connector",
+         "an async KV load is admitted against all free blocks (reserved_blocks=0), taking the "
+         "blocks other in-flight prefills and parked loads still need to finish",
+         "kvverify.props.connector.test_connector_workload_completes"),
+    Flaw("skipped_queue_not_split_by_blocks", "#45406 / #57841 (0.27 - 0.29: one skipped_waiting queue)",
+         "parked loads that landed are stranded behind a skipped head that needs more blocks than "
+         "are free: running=0, nothing scheduled, only a restart recovers",
+         "skip_request puts every skipped request into the queue drained first, so a request "
+         "holding no blocks can sit ahead of block holders and stop the scan",
+         "kvverify.props.connector.test_connector_workload_completes"),
+    Flaw("spec_blocks_unreserved_after_load", "#57104",
+         "KV connector + MTP under KV pressure: a landed load cannot get the block for its "
+         "speculative slots, every step repeats the same state",
+         "the async-load gate reserves neither the admitted load's own speculative step "
+         "(_spec_decode_step_blocks) nor the speculative slots of the other parked loads",
+         "kvverify.props.connector.test_connector_workload_completes"),
+    Flaw("deferred_requests_hold_slots", "#53130 (reported on 0.27.1) / #42568's accounting",
+         "admission stops for good once running + deferred requests reach max_num_seqs, "
+         "with the KV cache mostly free; /health stays 200",
+         "requests parked or skipped in the waiting scan count against max_num_seqs, and the "
+         "cap is checked before any of them can be promoted",
+         "kvverify.props.connector.test_connector_workload_completes"),
+    Flaw("deferred_free_preemption_cascade", "#49674, fixed by #49675",
+         "two batches in flight + a consumer connector: one failed allocation preempts every "
+         "running request while their blocks stay fenced; 0 tok/s",
+         "the running pass preempts a victim whose block free is deferred behind a step fence "
+         "(it frees nothing now) and keeps retrying",
+         "kvverify.props.connector.test_no_zero_progress_preemption"),
 )}
 
 _SWITCHES = Switches("flaw", CATALOG)

@@ -95,12 +95,20 @@ class KVCacheCoordinator:
         return total
 
     def allocate_new_computed_blocks(self, request_id: str, new_computed_blocks: BlocksPerGroup,
-                                     num_local_computed_tokens: int) -> None:
-        """Adopt prefix-cache hits in every group (no-op for a running request)."""
+                                     num_local_computed_tokens: int,
+                                     num_external_computed_tokens: int = 0) -> None:
+        """Adopt prefix-cache hits in every group, then allocate every group's blocks for the
+        connector's external tokens (two phases, upstream issue #33775; no-op for a running
+        request)."""
         if any(request_id in m.num_cached_block for m in self.single_type_managers):
             return
         for manager, blocks in zip(self.single_type_managers, new_computed_blocks):
-            manager.add_local_computed_blocks(request_id, blocks, num_local_computed_tokens)
+            manager.add_local_computed_blocks(request_id, blocks, num_local_computed_tokens,
+                                              num_external_computed_tokens)
+        if num_external_computed_tokens > 0:
+            for manager in self.single_type_managers:
+                manager.allocate_external_computed_blocks(request_id, num_local_computed_tokens,
+                                                          num_external_computed_tokens)
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int, num_tokens_main_model: int,
                             num_encoder_tokens: int = 0) -> tuple[list[KVCacheBlock], ...]:
@@ -136,6 +144,14 @@ class KVCacheCoordinator:
         """Each group frees its own table, tail-first, group by group."""
         for manager in self.single_type_managers:
             manager.free(request_id)
+
+    def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
+        """Every group's blocks in group order, bookkeeping dropped, nothing freed yet (the
+        caller frees them reversed: a deferred free; upstream, same name)."""
+        blocks: list[KVCacheBlock] = []
+        for manager in self.single_type_managers:
+            blocks.extend(manager.pop_blocks_for_free(request_id))
+        return blocks
 
     def reset_prefix_cache(self) -> bool:
         return self.block_pool.reset_prefix_cache()

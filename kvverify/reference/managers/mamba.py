@@ -165,11 +165,11 @@ class MambaManager(SingleTypeKVCacheManager):
                 self.block_pool.free_blocks([blocks[idx]])
                 blocks[idx] = self._null_block
 
-    def free(self, request_id: str) -> None:
+    def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
         self._allocated_block_reqs.discard(request_id)
         self.last_state_block_idx.pop(request_id, None)
         self._num_retired_blocks.pop(request_id, None)
-        super().free(request_id)
+        return super().pop_blocks_for_free(request_id)
 
     def reachable_block_mask(self, start_block: int, end_block: int,
                              retention_interval: int | None = None,
