@@ -59,7 +59,7 @@ def test_every_capability_has_methods_and_target_is_their_union() -> None:
     assert len(union) == len(set(union))
     calls = {"plan", "max_concurrency", "estimate_max_model_len", "check_enough_kv_cache_memory",
              "resolve_block_sizes", "coordinator_accepts", "kv_cache_manager", "admit_on_empty_pool",
-             "scheduler", "run_workload"}
+             "scheduler", "run_workload", "connector_scheduler", "run_connector_workload"}
     assert set(union) == calls
     assert all(callable(getattr(ReferenceTarget, m)) for m in union)
 

@@ -16,9 +16,9 @@ the world; this one answers from a :class:`ConnectorScript`, per request:
 * ``deferrals``: the first ``deferrals`` queries answer ``None`` ("ask again later");
 * ``fail_load``: the async load fails (``failed_recving`` with ``finished_recving``) and the
   external copy is lost (later queries offer nothing);
-* ``free_delay_steps``: ``request_finished`` asks the scheduler to delay the free
-  (``delay_free_blocks``) and the send reports ``finished_sending`` ``k`` worker steps after the
-  step that carried it (0: blocks are freed at once).
+* ``free_delay_steps``: ``request_finished`` of a request that finished normally asks the
+  scheduler to delay the free (``delay_free_blocks``) and the send reports ``finished_sending``
+  ``k`` worker steps after the step that carried it (0: blocks are freed at once).
 
 The same :class:`ScriptedConnectorState` drives the reference scheduler
 (:mod:`kvverify.reference.sched`) and, wrapped as a ``KVConnectorBase_V1`` subclass, the real
@@ -189,9 +189,11 @@ class ScriptedConnectorState:
         self.new_sends.clear()
         return meta
 
-    def request_finished(self, request_id: str) -> bool:
-        """``delay_free_blocks``: whether the connector keeps the blocks until its send reports."""
-        delay = self.script.for_request(request_id).free_delay_steps > 0
+    def request_finished(self, request_id: str, length_capped: bool = True) -> bool:
+        """``delay_free_blocks``: whether the connector keeps the blocks until its send reports.
+        Only a request that finished normally (``FINISHED_LENGTH_CAPPED``) is sent, as upstream's
+        producers do: an aborted or failed one has nothing to hand off."""
+        delay = length_capped and self.script.for_request(request_id).free_delay_steps > 0
         self.calls.append(("request_finished", request_id, delay))
         if delay:
             self.new_sends.append(request_id)
@@ -220,8 +222,10 @@ class ScriptedConnectorState:
     # -- views --
 
     def has_pending_work(self) -> bool:
-        """A transfer in flight or about to start: the next worker step will change this state."""
-        return bool(self.loading or self.sending or self.new_loads or self.new_sends)
+        """A transfer in flight or about to start, or a request that answered ``None`` and will
+        answer otherwise when asked again: the next steps can see something new."""
+        return bool(self.loading or self.sending or self.new_loads or self.new_sends or any(
+            0 < n <= self.script.for_request(rid).deferrals for rid, n in self.queries.items()))
 
     def state(self) -> tuple[object, ...]:
         """Everything later answers depend on, hashable (the driver's stall fingerprint)."""

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from kvverify.reference.config import VllmConfig
+from kvverify.reference.connector import ConnectorScript
 from kvverify.reference.driver import SchedulerLike, WorkloadResult, WorkloadSpec
 from kvverify.reference.planner import KVCacheConfig, StartupPlan
 from kvverify.reference.specs import KVCacheSpec
@@ -35,6 +36,7 @@ class Capability(str, enum.Enum):
     BLOCK_SIZES = "block_sizes"  # resolve_kv_cache_block_sizes + coordinator acceptance
     RUNTIME = "runtime"          # BlockPool + managers + allocate_slots
     SCHEDULER = "scheduler"      # the step function and the workload driver
+    KV_CONNECTOR = "kv_connector"  # the scheduler with a scripted KV connector, batches in flight
 
 
 @runtime_checkable
@@ -124,7 +126,30 @@ class SchedulerTarget(Protocol):
         ...
 
 
-class Target(PlannerTarget, BlockSizesTarget, RuntimeTarget, SchedulerTarget, Protocol):
+class KVConnectorTarget(Protocol):
+    """``Capability.KV_CONNECTOR``: the scheduler's KV-transfer paths, driven by a scripted connector.
+
+    The plan's ``vllm_config`` says whether the connector is on (``kv_connector``), how many
+    batches are in flight (``max_concurrent_batches``: 2 runs a batch queue) and the speculative
+    config (``num_speculative_tokens``); ``script`` (a :class:`~kvverify.reference.connector.ConnectorScript`)
+    says what the external cache holds per request and how its transfers behave. The worker's
+    transfer report reaches the scheduler through the model-runner output, as on an engine.
+    """
+
+    def connector_scheduler(self, plan: StartupPlan, script: ConnectorScript | None) -> SchedulerLike:
+        """A fresh scheduler over the plan with the scripted connector (``None``: no connector)."""
+        ...
+
+    def run_connector_workload(self, plan: StartupPlan, workload: Sequence[WorkloadSpec],
+                               script: ConnectorScript | None, *, max_steps: int | None = None,
+                               keep_trace: bool = True, scheduler: SchedulerLike | None = None,
+                               on_step: Callable[[SchedulerLike, int], None] | None = None) -> WorkloadResult:
+        """Run ``workload`` through the connector scheduler to completion or a detected stall
+        (:func:`kvverify.reference.driver.run_workload`; pending transfers are no stall)."""
+        ...
+
+
+class Target(PlannerTarget, BlockSizesTarget, RuntimeTarget, SchedulerTarget, KVConnectorTarget, Protocol):
     """The whole contract. ``capabilities`` says which groups the target really offers."""
 
     @property
@@ -140,6 +165,7 @@ CAPABILITY_PROTOCOLS: dict[Capability, type] = {
     Capability.BLOCK_SIZES: BlockSizesTarget,
     Capability.RUNTIME: RuntimeTarget,
     Capability.SCHEDULER: SchedulerTarget,
+    Capability.KV_CONNECTOR: KVConnectorTarget,
 }
 
 
@@ -149,6 +175,7 @@ def capability_methods(capability: Capability) -> tuple[str, ...]:
     return tuple(n for n, v in vars(proto).items() if callable(v) and not n.startswith("_"))
 
 
-__all__ = ["BlockSizesTarget", "CAPABILITY_PROTOCOLS", "Capability", "KVCacheManagerLike", "PlannerTarget",
+__all__ = ["BlockSizesTarget", "CAPABILITY_PROTOCOLS", "Capability", "KVCacheManagerLike", "KVConnectorTarget",
+           "PlannerTarget",
            "RuntimeTarget", "SchedulerLike", "SchedulerTarget", "Target", "TargetUnsupported",
            "capability_methods"]

@@ -44,6 +44,10 @@ class BatchQueue:
     def __init__(self, size: int) -> None:
         self.size = size
         self.queue: deque[tuple[Any, Any]] = deque()
+        #: ``num_scheduled_tokens`` of the batches in flight when the last step scheduled, and
+        #: what it scheduled (``None``: nothing)
+        self.last_in_flight: list[dict[str, int]] = []
+        self.last_scheduled: Any = None
 
     def step(self, has_requests: Callable[[], bool], schedule: Callable[[], Any],
              execute: Callable[[Any], Any],
@@ -51,8 +55,10 @@ class BatchQueue:
         """One ``step_with_batch_queue``: ``(scheduled output or None, processed output or
         None, finished request ids)``."""
         scheduled = None
+        self.last_in_flight = [dict(out.num_scheduled_tokens) for out, _ in self.queue]
+        self.last_scheduled = None
         if has_requests():
-            scheduled = schedule()
+            scheduled = self.last_scheduled = schedule()
             self.queue.appendleft((scheduled, execute(scheduled)))
             executed = scheduled.total_num_scheduled_tokens > 0
             if len(self.queue) < self.size and (executed or has_requests()):

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from kvverify import flaws
+from kvverify import fixes, flaws
 from kvverify.reference.connector import ScriptedConnectorState, TransferResults
 from kvverify.reference.request import Request, RequestStatus
 from kvverify.reference.sched import request_queue as rq
@@ -48,6 +48,7 @@ class KVTransfer:
     finished_recving_kv_req_ids: set[str]
     failed_recving_kv_req_ids: set[str]
     _inflight_prefills: set[str]
+    _landed_full_hits: set[str]
     recompute_kv_load_failures: bool
     max_model_len: int
     num_spec_tokens: int
@@ -100,6 +101,8 @@ class KVTransfer:
             self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
         if request.num_computed_tokens == request.num_tokens:
             request.num_computed_tokens = request.num_tokens - 1
+            if fixes.is_on("landed_load_not_reloaded"):
+                self._landed_full_hits.add(rid)  # finding F12: 0 computed tokens, but loaded
         self.finished_recving_kv_req_ids.remove(rid)
 
     # -- the worker's report --
@@ -137,7 +140,8 @@ class KVTransfer:
             return False
         self.kv_cache_manager.remove_skipped_blocks(
             request.request_id, max(0, request.num_computed_tokens - request.num_in_flight_tokens))
-        return self.connector.request_finished(request.request_id)
+        return self.connector.request_finished(request.request_id,
+                                               request.status is RequestStatus.FINISHED_LENGTH_CAPPED)
 
     # -- the async-load gate (#44560, #57104) --
 
@@ -157,11 +161,22 @@ class KVTransfer:
         """What in-flight prefills (chunked prefills, async loads) still need to finish."""
         return sum(self._request_remaining_blocks(self.requests[rid]) for rid in sorted(self._inflight_prefills))
 
-    def _async_load_reserved_blocks(self) -> int:
-        """``reserved_blocks`` an async load's ``allocate_slots`` must leave free."""
+    def _async_load_reserved_blocks(self, request: Request, computed_blocks: Any, num_computed: int) -> int:
+        """``reserved_blocks`` an async load's ``allocate_slots`` must leave free: the other
+        in-flight prefills' remaining blocks and the blocks of its own first speculative step."""
         if flaws.is_on("async_load_unreserved"):
             return 0  # #45388: before #44560 the load could take blocks other prefills need
         spec = 0 if flaws.is_on("spec_blocks_unreserved_after_load") else self._spec_decode_step_blocks
+        if spec and fixes.is_on("async_load_reserves_own_need"):
+            # finding F11: only what the request still needs after the load, speculative slots included
+            coordinator = self.kv_cache_manager.coordinator
+            full = min(request.num_tokens, self.max_model_len)
+            need_all = coordinator.get_num_blocks_to_allocate(
+                request.request_id, full + 1 + self.num_spec_tokens + self.num_lookahead_tokens,
+                computed_blocks.blocks, 0, num_computed, full, apply_admission_cap=True)
+            need_load = coordinator.get_num_blocks_to_allocate(
+                request.request_id, num_computed, computed_blocks.blocks, 0, num_computed, num_computed)
+            spec = max(0, need_all - need_load)
         return self._inflight_prefill_reserved_blocks() + spec
 
 

@@ -148,6 +148,10 @@ class Scheduler(WaitingPass, KVTransfer):
         #: ids of requests still prefilling (chunked prefills and async loads): their remaining
         #: blocks gate async loads
         self._inflight_prefills: set[str] = set()
+        #: requests promoted from a full-hit load with 0 computed tokens (finding F12's fix only)
+        self._landed_full_hits: set[str] = set()
+        #: whether the last processed output carried a transfer report
+        self._transfer_reported = False
         # -- batches in flight and deferred frees --
         self.max_concurrent_batches = vllm_config.max_concurrent_batches
         self.batch_queue = BatchQueue(self.max_concurrent_batches)
@@ -208,11 +212,20 @@ class Scheduler(WaitingPass, KVTransfer):
         running, waiting = self.get_request_counts()
         return self.has_unfinished_requests() or len(self.requests) > running + waiting
 
+    @property
+    def defer_block_free(self) -> bool:
+        """Upstream ``Scheduler.defer_block_free``: frees wait for the batches in flight."""
+        return self.fences.defer_block_free
+
     def has_pending_external_events(self) -> bool:
-        """Whether something outside the scheduling decision will still change the state:
-        a batch in flight (its output, its fenced frees), or a connector transfer in flight or
-        about to start. While it holds, a step that schedules nothing is not a stall."""
-        return bool(len(self.batch_queue) or (self.connector is not None and self.connector.has_pending_work()))
+        """Whether something outside the scheduling decision changed, or will still change, what
+        the next scan sees: a batch in flight (its output, its fenced frees), a connector transfer
+        in flight or about to start, or a load that landed after this step's scan (it is promoted
+        by the next one), or a transfer report the last output carried (it may have freed blocks
+        or ended requests after the scan). While it holds, a step that schedules nothing is not a
+        fixed point."""
+        return bool(len(self.batch_queue) or self.finished_recving_kv_req_ids or self._transfer_reported
+                    or (self.connector is not None and self.connector.has_pending_work()))
 
     # -- the step --
 
@@ -356,6 +369,7 @@ class Scheduler(WaitingPass, KVTransfer):
         Returns the ids that finished."""
         mro = model_runner_output if model_runner_output is not None else self.execute_model(output)
         results = mro.kv_connector_output
+        self._transfer_reported = results is not None and not results.empty
         self.fences.step_processed(output.total_num_scheduled_tokens, self.kv_cache_manager.block_pool)
         failed_loads = self._handle_failed_recving(results.failed_recving) if results else set()
         finished: list[str] = []
@@ -466,7 +480,8 @@ class Scheduler(WaitingPass, KVTransfer):
 
         return (tuple(req(r) for r in self.kv_holding_waiting), tuple(sorted(self.deferred_waiting)),
                 tuple(sorted(self.finished_recving_kv_req_ids)), tuple(sorted(self.failed_recving_kv_req_ids)),
-                tuple(sorted(self._inflight_prefills)), tuple(sorted(self.requests)), fences.state(),
+                tuple(sorted(self._inflight_prefills)), tuple(sorted(self._landed_full_hits)),
+                tuple(sorted(self.requests)), fences.state(),
                 self.connector.state() if self.connector is not None else (),
                 self.batch_queue.state(lambda out, mro: (
                     tuple(sorted(out.num_scheduled_tokens.items())), tuple(sorted(mro.sampled_token_ids)),

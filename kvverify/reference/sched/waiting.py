@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from kvverify import flaws
+from kvverify import fixes, flaws
 from kvverify.reference.request import Request, RequestStatus
 from kvverify.reference.sched import request_queue as rq
 
@@ -81,7 +81,7 @@ class WaitingPass:
 
             num_external = 0
             load_kv_async = False
-            if request.num_computed_tokens == 0:
+            if request.num_computed_tokens == 0 and request.request_id not in self._landed_full_hits:
                 computed_blocks, num_local, request.shared_prefix_boundary = kvm.get_computed_blocks(request)
                 if self.connector is not None:
                     ext, load_kv_async = self.connector.get_num_new_matched_tokens(
@@ -104,7 +104,9 @@ class WaitingPass:
                 if (spec > 0 and num_new == 1 and not prefill_scheduled
                         and (out.scheduled_running_reqs or num_computed > 0)):
                     padded = 1 + spec
-                    if num_computed + padded + 1 <= self.max_model_len:
+                    fits = padded <= self.max_num_scheduled_tokens or not fixes.is_on(
+                        "spec_decode_padding_fits_budget")  # finding F10: a pad no step can hold
+                    if num_computed + padded + 1 <= self.max_model_len and fits:
                         if padded > token_budget:
                             break  # rather not schedule than schedule un-padded
                         num_new, pad_spec_decode = padded, True
@@ -118,7 +120,8 @@ class WaitingPass:
 
             lookahead = 0 if load_kv_async and self.num_lookahead_tokens > 0 else self.num_lookahead_tokens
             num_encoder = request.num_encoder_tokens if self.is_encoder_decoder else 0
-            reserved = self._async_load_reserved_blocks() if load_kv_async else 0
+            reserved = (self._async_load_reserved_blocks(request, computed_blocks, num_computed)
+                        if load_kv_async else 0)
             new_blocks = kvm.allocate_slots(
                 request, num_new, num_new_computed_tokens=num_local, new_computed_blocks=computed_blocks,
                 num_lookahead_tokens=lookahead, num_external_computed_tokens=num_external,
@@ -139,6 +142,7 @@ class WaitingPass:
 
             queue.popleft()
             self.deferred_waiting.discard(request.request_id)
+            self._landed_full_hits.discard(request.request_id)
             self.running.append(request)
             if request.status is RequestStatus.PREEMPTED:
                 out.scheduled_resumed_reqs.append(request.request_id)

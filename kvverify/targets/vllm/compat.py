@@ -71,6 +71,7 @@ MODULES = (
     "vllm.v1.outputs",
     "vllm.v1.request",
     "vllm.v1.structured_output",
+    "vllm.distributed.kv_transfer.kv_connector.v1.base",
 )
 
 
@@ -129,6 +130,15 @@ class Compat:
     #: SWA / chunked-local admission caps: "none" (<= 0.19), "on_allocation" (0.20: the cap
     #: also clamps the per-step allocation), "admission_only" (>= 0.22: ``apply_admission_cap``)
     admission_caps: str = "admission_only"
+    #: the scheduler-side KV connector API the scripted connector plugs into
+    #: (``KVConnectorBase_V1``, ``KVConnectorOutput``, ``KVTransferConfig.kv_connector_module_path``)
+    kv_connector: bool = False
+    #: ``KVConnectorOutput.failed_recving`` (>= 0.31): request-level load failures
+    kv_failed_recving: bool = False
+    #: ``SupportsHMA`` (``request_finished_all_groups``): a connector next to the hybrid manager
+    kv_supports_hma: bool = False
+    #: the async-load gate's ``_spec_decode_step_blocks`` (>= 0.31, #57104)
+    kv_spec_step_blocks: bool = False
     #: parameter names of the callables whose keywords drifted
     params: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     #: callables taking **kwargs (anything is accepted)
@@ -154,6 +164,9 @@ class Compat:
                                   "the scheduler and hash block sizes are not resolved by the release")
         if self.admission_gate == "none":
             out["admission"] = "has no full-sequence admission gate"
+        if not self.kv_connector:
+            out["kv_connector"] = ("has no scheduler-side KV connector API the scripted connector can plug into "
+                                   "(KVConnectorBase_V1 with kv_connector_module_path, KVConnectorOutput)")
         return out
 
 
@@ -227,6 +240,12 @@ def detect(version: str, modules: Mapping[str, ModuleType | None]) -> Compat:
         # absent in 0.19-0.20
         "_pool_bytes_per_block": _attr(planner, "_pool_bytes_per_block"),
     }
+    connector_base = m("vllm.distributed.kv_transfer.kv_connector.v1.base")
+    kv_output = _attr(m("vllm.v1.outputs"), "KVConnectorOutput")
+    kv_config = _attr(config, "KVTransferConfig")
+    kv_connector = (_attr(connector_base, "KVConnectorBase_V1") is not None and kv_output is not None
+                    and "kv_connector_module_path" in _fields(kv_config))
+    sched_cls = callables["Scheduler"]
     sigs = {k: params(v) for k, v in callables.items() if v is not None}
     open_ = frozenset(k for k, v in callables.items() if v is not None and accepts_any_keyword(v))
     return Compat(
@@ -240,9 +259,31 @@ def detect(version: str, modules: Mapping[str, ModuleType | None]) -> Compat:
         admission_gate=gate,
         admission_caps=admission_caps,
         spec_registry=_attr(m("vllm.v1.core.single_type_kv_cache_manager"), "register_all_kvcache_specs") is not None,
+        kv_connector=kv_connector,
+        kv_failed_recving="failed_recving" in _fields(kv_output),
+        kv_supports_hma=_attr(connector_base, "SupportsHMA") is not None,
+        kv_spec_step_blocks=kv_connector and (callable(getattr(sched_cls, "_spec_decode_step_blocks", None))
+                                              or _method_mentions(sched_cls, "__init__", "_spec_decode_step_blocks")),
         params=sigs,
         open_params=open_,
     )
+
+
+def _method_mentions(cls: Any, method: str, name: str) -> bool:
+    """Whether ``cls.method``'s code refers to ``name`` (a capability read off the release's code)."""
+    code = getattr(getattr(cls, method, None), "__code__", None)
+    return code is not None and name in code.co_names + code.co_varnames
+
+
+def waiting_queues(scheduler: Any) -> tuple[str, str]:
+    """``(queue drained first, waiting queue)`` of a built upstream Scheduler: 0.31 and later
+    keep block holders in ``kv_holding_waiting``; 0.27 - 0.29 one ``skipped_waiting`` queue for
+    every skipped request (read off the instance: the queues are made in ``__init__``)."""
+    if hasattr(scheduler, "kv_holding_waiting"):
+        return "kv_holding_waiting", "waiting"
+    if hasattr(scheduler, "skipped_waiting"):
+        return "skipped_waiting", "waiting"
+    return "", "waiting"
 
 
 def _first(modules: Mapping[str, ModuleType | None], name: str, *where: str) -> Any:
@@ -287,6 +328,14 @@ def resolve_names(caps: Compat, modules: Mapping[str, ModuleType | None]) -> dic
         "ModelRunnerOutput": _first(modules, "ModelRunnerOutput", "vllm.v1.outputs"),
         "Request": _first(modules, "Request", "vllm.v1.request"),
         "StructuredOutputManager": _first(modules, "StructuredOutputManager", "vllm.v1.structured_output"),
+        # the KV connector API (optional: caps.kv_connector says whether it is there)
+        "KVConnectorBase_V1": _first(modules, "KVConnectorBase_V1", "vllm.distributed.kv_transfer.kv_connector.v1.base"),
+        "KVConnectorMetadata": _first(modules, "KVConnectorMetadata",
+                                      "vllm.distributed.kv_transfer.kv_connector.v1.base"),
+        "SupportsHMA": _first(modules, "SupportsHMA", "vllm.distributed.kv_transfer.kv_connector.v1.base"),
+        "KVConnectorOutput": _first(modules, "KVConnectorOutput", "vllm.v1.outputs"),
+        "KVTransferConfig": _first(modules, "KVTransferConfig", "vllm.config"),
+        "ParallelConfig": _first(modules, "ParallelConfig", "vllm.config"),
     }
     needed = ("iface", "planning", "CacheConfig", "SchedulerConfig", "VllmConfig", "SamplingParams",
               "get_hash_fn_by_name", "get_kv_cache_coordinator", "KVCacheManager",
@@ -421,4 +470,4 @@ def finding_expected(finding: str, caps: Compat, rules: CheckRules) -> bool:
 __all__ = ["CheckRules", "Compat", "DriftError", "FINDING_CAPABILITY", "KnobMissing", "MODULES", "REFERENCE_RELEASE",
            "SUPPORTED", "SUPPORTED_MAX", "SUPPORTED_MIN", "call", "detect", "finding_expected", "finding_replay_masked",
            "fit_kwargs",
-           "params", "parse_version", "resolve_names", "unsupported_release"]
+           "params", "parse_version", "resolve_names", "unsupported_release", "waiting_queues"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,11 +48,13 @@ class UpstreamScheduler:
     set on the scheduler as upstream's ``vllm_config.num_lookahead_tokens`` would.
     """
 
-    def __init__(self, target: Any, plan: StartupPlan) -> None:
+    def __init__(self, target: Any, plan: StartupPlan, configure: Callable[[Any], None] | None = None) -> None:
         up = target.up
         caps = up.compat
         self.target = target
         u = build(target, plan)
+        if configure is not None:  # e.g. the KV transfer config (kvverify.targets.vllm.connector)
+            configure(u.vc)
         self.plan = plan
         kw = dict(vllm_config=u.vc, kv_cache_config=u.scheduler_config,
                   structured_output_manager=up.StructuredOutputManager(u.vc),
@@ -109,7 +112,19 @@ class UpstreamScheduler:
 
     @property
     def waiting(self) -> list[Any]:
-        return list(getattr(self.upstream, "kv_holding_waiting", ())) + list(self.upstream.waiting)
+        return list(self.upstream.waiting)
+
+    @property
+    def kv_holding_waiting(self) -> list[Any]:
+        """Waiting requests holding KV blocks (only a KV connector's loads put them there)."""
+        return list(getattr(self.upstream, compat.waiting_queues(self.upstream)[0], ()))
+
+    def has_pending_external_events(self) -> bool:
+        """Nothing outside the step changes this scheduler (no connector, one batch in flight)."""
+        return False
+
+    def kv_transfer_state(self) -> tuple[object, ...]:
+        return ()
 
     def step(self) -> tuple[StepOutput, list[str]]:
         up = self.target.up

@@ -8,6 +8,7 @@ from typing import Any
 from kvverify.errors import ConfigError
 from kvverify.reference import specs as kv
 from kvverify.reference.config import VllmConfig
+from kvverify.reference.connector import ConnectorScript
 from kvverify.reference.driver import WorkloadResult, WorkloadSpec
 from kvverify.reference.driver import run_workload as drive
 from kvverify.reference.planner import KVCacheConfig, StartupPlan
@@ -41,6 +42,8 @@ class VllmTarget:
         self.lacking: dict[Capability, str] = {}
         if "block_sizes" in lacking:
             self.lacking[Capability.BLOCK_SIZES] = f"vLLM {self.version} {lacking['block_sizes']}"
+        if "kv_connector" in lacking:
+            self.lacking[Capability.KV_CONNECTOR] = f"vLLM {self.version} {lacking['kv_connector']}"
         self.capabilities = frozenset(Capability) - frozenset(self.lacking)
 
     def require_feature(self, feature: str) -> None:
@@ -135,6 +138,23 @@ class VllmTarget:
         if kw.pop("full_sequence_must_fit", True) is not True:
             skip_unsupported("full_sequence_must_fit=False (the scheduler always gates admission)")
         sched = sched or self.scheduler(plan)
+        return drive(plan.vllm_config, plan.kv_cache_config, workload, scheduler=sched, **kw)
+
+    # -- KV connector --
+
+    def connector_scheduler(self, plan: StartupPlan, script: ConnectorScript | None) -> Any:
+        """Upstream's Scheduler with the scripted KV connector (:mod:`.connector`)."""
+        if Capability.KV_CONNECTOR in self.lacking:
+            lacks(self.version, self.compat.lacking()["kv_connector"])
+        if not plan.groups:
+            skip_unsupported("scheduling an attention-free model (no KV cache groups)")
+        from kvverify.targets.vllm.connector import ConnectorScheduler
+        return ConnectorScheduler(self, plan, script)
+
+    def run_connector_workload(self, plan: StartupPlan, workload: Sequence[WorkloadSpec],
+                               script: ConnectorScript | None, **kw: Any) -> WorkloadResult:
+        """The connector scheduler through :func:`kvverify.reference.driver.run_workload`."""
+        sched = kw.pop("scheduler", None) or self.connector_scheduler(plan, script)
         return drive(plan.vllm_config, plan.kv_cache_config, workload, scheduler=sched, **kw)
 
 
