@@ -71,14 +71,19 @@ CATALOG: dict[str, Fix] = {f.name: f for f in (
         explains_general_failures=True),
     Fix("async_load_reserves_own_need", "F11-async-load-spec-reservation-refuses-forever",
         "an async KV load reserves, for its own speculative step, only the blocks the request will still "
-        "need after this allocation (its remaining blocks with the speculative slots, minus what the load "
-        "takes) instead of a constant _spec_decode_step_blocks, which a pool sized for one request can "
-        "never spare",
+        "need after this allocation (its remaining blocks with the speculative slots, at most "
+        "max_model_len, minus what the load takes) instead of a constant _spec_decode_step_blocks, which "
+        "a pool sized for one request can never spare",
         explains_general_failures=True),
     Fix("landed_load_not_reloaded", "F12-one-token-full-hit-reloads-forever",
         "a request promoted from a landed KV load keeps its loaded KV and is never offered to the "
         "connector again: a one-token prompt whose full hit rewinds to num_tokens - 1 = 0 computed "
         "tokens is scheduled, not treated as a new request and loaded again",
+        explains_general_failures=True),
+    Fix("mamba_align_counts_loaded_state", "F13-mamba-align-uncounted-loaded-state-block",
+        "MambaManager.get_num_blocks_to_allocate (align mode) counts the state block that "
+        "allocate_external_computed_blocks takes for a new request's KV-connector tokens, and never "
+        "returns a negative count, so an admitted step never raises 'Cannot get N free blocks'",
         explains_general_failures=True),
 )}
 

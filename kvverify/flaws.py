@@ -102,7 +102,7 @@ CATALOG: dict[str, Flaw] = {f.name: f for f in (
          "speculative slots, every step repeats the same state",
          "the async-load gate reserves neither the admitted load's own speculative step "
          "(_spec_decode_step_blocks) nor the speculative slots of the other parked loads",
-         "kvverify.props.connector.test_connector_workload_completes"),
+         "kvverify.props.connector.test_speculative_connector_workload_completes"),
     Flaw("deferred_requests_hold_slots", "#53130 (reported on 0.27.1) / #42568's accounting",
          "admission stops for good once running + deferred requests reach max_num_seqs, "
          "with the KV cache mostly free; /health stays 200",

@@ -5,4 +5,5 @@ from kvverify.props.connector import (  # noqa: F401  (collected by pytest)
     test_connector_workload_completes,
     test_no_zero_progress_preemption,
     test_request_slots_conserved,
+    test_speculative_connector_workload_completes,
 )

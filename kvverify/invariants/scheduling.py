@@ -25,8 +25,11 @@ from typing import Any
 from kvverify.invariants.base import Violation
 
 
-def check_step_requests(sched: Any, max_num_seqs: int, step: int) -> list[Violation]:
-    """The running count and each unfinished request's token counts after step ``step``."""
+def check_step_requests(sched: Any, max_num_seqs: int, step: int,
+                        num_speculative_tokens: int = 0) -> list[Violation]:
+    """The running count and each unfinished request's token counts after step ``step``
+    (a running request may count ``num_speculative_tokens`` unverified draft slots of a padded
+    step whose output is still in flight)."""
     found: list[Violation] = []
     running = list(sched.running)
     if len(running) > max_num_seqs:
@@ -39,7 +42,7 @@ def check_step_requests(sched: Any, max_num_seqs: int, step: int) -> list[Violat
     holding = list(sched.kv_holding_waiting)
     for request in running + waiting + holding:
         computed, tokens = request.num_computed_tokens, request.num_tokens
-        top = 0 if request in waiting else tokens
+        top = 0 if request in waiting else tokens + (num_speculative_tokens if request in running else 0)
         if not (0 <= computed <= top and tokens <= max_model_len):
             found.append(Violation(
                 "scheduling.token_counts",

@@ -38,16 +38,22 @@ from kvverify.strategies import StartupCase
 from kvverify.targets.base import Target
 
 
-def _draw(target: Target, case: StartupCase, data: Any) -> tuple[StartupPlan, list[WorkloadSpec],
-                                                                 ConnectorScript | None]:
+def _draw(target: Target, case: StartupCase, data: Any, min_requests: int = 1) -> tuple[
+        StartupPlan, list[WorkloadSpec], ConnectorScript | None]:
     plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
     assume(plan.starts and plan.groups and plan.vllm_config.max_model_len >= 2)
     cfg = plan.vllm_config
-    work, script = data.draw(connector_workloads(cfg.max_model_len, cfg.block_size), label="connector_workload")
+    work, script = data.draw(connector_workloads(cfg.max_model_len, cfg.block_size, pool_tokens=pool_tokens(plan),
+                                                 min_requests=min_requests), label="connector_workload")
     event(f"connector={'on' if cfg.kv_connector else 'off'} batches={cfg.max_concurrent_batches} "
           f"spec={cfg.num_speculative_tokens}")
     note(f"num_blocks={plan.num_blocks} needed={plan.blocks_needed_per_request} script={script}")
     return plan, work, (script if cfg.kv_connector else None)
+
+
+def pool_tokens(plan: StartupPlan) -> int:
+    """The usable blocks as tokens of one group (the generators fill the pool to its boundary)."""
+    return (plan.num_blocks - 1) // max(1, len(plan.groups)) * plan.vllm_config.block_size
 
 
 def completion_violations(target: Target, plan: StartupPlan, workload: Sequence[WorkloadSpec],
@@ -66,6 +72,16 @@ def test_connector_workload_completes(target: Target, case: StartupCase, data) -
     """Every admitted request finishes through a KV connector: async loads, ``None`` deferrals,
     failed loads, delayed frees, two batches in flight, speculative padding."""
     plan, work, script = _draw(target, case, data)
+    check_or_known(target, lambda t: completion_violations(t, _replan(t, case), work, script))
+
+
+@given(case=connector_cases(drafter_slots=True, connector_off=False), data=st.data())
+@recorded
+def test_speculative_connector_workload_completes(target: Target, case: StartupCase, data) -> None:
+    """The same with a drafter that has its own KV (MTP-style: 1-3 draft tokens and lookahead
+    slots) and at least two requests: loads landing next to other parked loads must still get
+    the blocks of their first speculative step (#57104)."""
+    plan, work, script = _draw(target, case, data, min_requests=2)
     check_or_known(target, lambda t: completion_violations(t, _replan(t, case), work, script))
 
 
@@ -111,7 +127,8 @@ def allocation_violations(target: Target, plan: StartupPlan, workload: Sequence[
 
     def on_step(s: SchedulerLike, step: int) -> None:
         if not found:
-            found.extend(check_step_requests(s, plan.vllm_config.max_num_seqs, step))
+            found.extend(check_step_requests(s, plan.vllm_config.max_num_seqs, step,
+                                             plan.vllm_config.num_speculative_tokens))
 
     result = target.run_connector_workload(plan, workload, script, scheduler=sched, on_step=on_step)
     found += check_allocations(recorder.records) + check_reservations(recorder.reservations)
@@ -158,4 +175,5 @@ def test_no_zero_progress_preemption(target: Target, case: StartupCase, data) ->
 
 __all__ = ["allocation_violations", "completion_violations", "preemption_violations", "slot_violations",
            "test_connector_predictor_equals_allocator", "test_connector_workload_completes",
-           "test_no_zero_progress_preemption", "test_request_slots_conserved"]
+           "test_no_zero_progress_preemption", "test_request_slots_conserved",
+           "test_speculative_connector_workload_completes"]

@@ -150,7 +150,7 @@ class KVCacheManager:
         them, after the local hits are adopted); ``delay_cache_blocks``: an async load, cache
         nothing until it lands; ``reserved_blocks``: free blocks the per-step check must leave
         to other in-flight prefills (the async-load gate of upstream #44560; the full-sequence
-        gate does not see it, as upstream's).
+        gate does not see it, as upstream's; taken as given, as upstream does, negative too).
         """
         from kvverify.reference.request import RequestStatus
 
@@ -159,7 +159,6 @@ class KVCacheManager:
         require_count("num_lookahead_tokens", num_lookahead_tokens)
         require_count("num_external_computed_tokens", num_external_computed_tokens)
         require_count("num_encoder_tokens", num_encoder_tokens)
-        require_count("reserved_blocks", reserved_blocks)
         if num_new_tokens == 0 and num_new_computed_tokens == 0 and num_external_computed_tokens == 0:
             raise ConfigError("num_new_tokens", 0,
                               "must be > 0 when there are no computed tokens to adopt")
@@ -180,7 +179,7 @@ class KVCacheManager:
             full = min(request.num_tokens, self.max_model_len)
             need_full = coordinator.get_num_blocks_to_allocate(
                 rid, full, computed_blocks, num_encoder_tokens, total_computed, full,
-                apply_admission_cap=True)
+                apply_admission_cap=True, num_local_computed_tokens=num_local_computed)
             if not arith.allocation_fits(need_full, watermark, pool.get_num_free_blocks()):
                 return None
 
@@ -191,7 +190,8 @@ class KVCacheManager:
             rid, max(0, total_computed - request.num_in_flight_tokens))
         need_step = coordinator.get_num_blocks_to_allocate(
             rid, num_tokens_need_slot, computed_blocks, num_encoder_tokens,
-            num_local_computed + num_external_computed_tokens, num_tokens_main_model)
+            num_local_computed + num_external_computed_tokens, num_tokens_main_model,
+            num_local_computed_tokens=num_local_computed)
         if not arith.allocation_fits(need_step, watermark, pool.get_num_free_blocks() - reserved_blocks):
             return None
 

@@ -334,8 +334,7 @@ REFUSALS: list[Refusal] = [
             ConfigError, "num_encoder_tokens", -1, "must be >= 0"),
     Refusal("alloc-num_external_computed_tokens", lambda: _allocate(4, num_external_computed_tokens=-1),
             ConfigError, "num_external_computed_tokens", -1, "must be >= 0"),
-    Refusal("alloc-reserved_blocks", lambda: _allocate(4, reserved_blocks=-1),
-            ConfigError, "reserved_blocks", -1, "must be >= 0"),
+
     Refusal("alloc-nothing", lambda: _allocate(0), ConfigError,
             "num_new_tokens", 0, "must be > 0 when there are no computed tokens to adopt"),
     # --- scheduler.py

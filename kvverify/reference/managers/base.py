@@ -68,7 +68,8 @@ class SingleTypeKVCacheManager:
                                    new_computed_blocks: Sequence[KVCacheBlock],
                                    total_computed_tokens: int,
                                    num_tokens_main_model: int | None = None,
-                                   apply_admission_cap: bool = False) -> int:
+                                   apply_admission_cap: bool = False,
+                                   num_local_computed_tokens: int | None = None) -> int:
         """Blocks the request must take from the pool to hold ``num_tokens`` slots.
 
         Upstream ``get_num_blocks_to_allocate``: ``R = cdiv(num_tokens, B)`` (capped only

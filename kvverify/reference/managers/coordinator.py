@@ -80,8 +80,11 @@ class KVCacheCoordinator:
     def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int,
                                    new_computed_blocks: BlocksPerGroup, num_encoder_tokens: int,
                                    total_computed_tokens: int, num_tokens_main_model: int,
-                                   apply_admission_cap: bool = False) -> int:
-        """``sum_g`` of the groups' predictions (cross attention counts encoder tokens)."""
+                                   apply_admission_cap: bool = False,
+                                   num_local_computed_tokens: int | None = None) -> int:
+        """``sum_g`` of the groups' predictions (cross attention counts encoder tokens);
+        ``num_local_computed_tokens``: the local part of ``total_computed_tokens`` (the rest a
+        KV connector loads)."""
         total = 0
         for i, manager in enumerate(self.single_type_managers):
             if isinstance(manager, CrossAttentionManager):
@@ -91,7 +94,8 @@ class KVCacheCoordinator:
             else:
                 total += manager.get_num_blocks_to_allocate(
                     request_id, num_tokens, new_computed_blocks[i], total_computed_tokens,
-                    num_tokens_main_model, apply_admission_cap)
+                    num_tokens_main_model, apply_admission_cap,
+                    num_local_computed_tokens=num_local_computed_tokens)
         return total
 
     def allocate_new_computed_blocks(self, request_id: str, new_computed_blocks: BlocksPerGroup,

@@ -168,12 +168,14 @@ class KVTransfer:
             return 0  # #45388: before #44560 the load could take blocks other prefills need
         spec = 0 if flaws.is_on("spec_blocks_unreserved_after_load") else self._spec_decode_step_blocks
         if spec and fixes.is_on("async_load_reserves_own_need"):
-            # finding F11: only what the request still needs after the load, speculative slots included
+            # finding F11: only what the request still needs after the load, speculative slots
+            # included (never past max_model_len: allocate_slots caps its slots there)
             coordinator = self.kv_cache_manager.coordinator
             full = min(request.num_tokens, self.max_model_len)
+            slots = min(full + 1 + self.num_spec_tokens + self.num_lookahead_tokens, self.max_model_len)
             need_all = coordinator.get_num_blocks_to_allocate(
-                request.request_id, full + 1 + self.num_spec_tokens + self.num_lookahead_tokens,
-                computed_blocks.blocks, 0, num_computed, full, apply_admission_cap=True)
+                request.request_id, slots, computed_blocks.blocks, 0, num_computed, full,
+                apply_admission_cap=True)
             need_load = coordinator.get_num_blocks_to_allocate(
                 request.request_id, num_computed, computed_blocks.blocks, 0, num_computed, num_computed)
             spec = max(0, need_all - need_load)

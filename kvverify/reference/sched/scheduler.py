@@ -136,6 +136,8 @@ class Scheduler(WaitingPass, KVTransfer):
         self.deferred_waiting: set[str] = set()
         self.running: list[Request] = []
         self.finished: list[str] = []
+        #: requests finished since the last ``schedule()`` (upstream: sent to the workers with it)
+        self.finished_req_ids: set[str] = set()
         self.current_step = 0
         self.num_preemptions = 0
         # -- KV connector --
@@ -207,10 +209,17 @@ class Scheduler(WaitingPass, KVTransfer):
         return bool(self.waiting or self.kv_holding_waiting or self.running)
 
     def has_requests(self) -> bool:
-        """Upstream ``has_requests``: unfinished requests, or finished ones whose blocks the
-        connector still holds (delayed frees)."""
+        """Upstream ``has_requests``: unfinished requests, finished ones the next step still has to
+        tell the workers about (``finished_req_ids``), or ones whose blocks the connector still
+        holds (delayed frees)."""
         running, waiting = self.get_request_counts()
-        return self.has_unfinished_requests() or len(self.requests) > running + waiting
+        return (self.has_unfinished_requests() or bool(self.finished_req_ids)
+                or len(self.requests) > running + waiting)
+
+    @property
+    def connector_state(self) -> ScriptedConnectorState | None:
+        """The scripted connector's state machine (its ``calls`` log), or ``None``."""
+        return self.connector
 
     @property
     def defer_block_free(self) -> bool:
@@ -350,6 +359,7 @@ class Scheduler(WaitingPass, KVTransfer):
             request.is_prefill_chunk = request.num_computed_tokens < request.num_tokens
             if not request.is_prefill_chunk:
                 self._inflight_prefills.discard(rid)
+        self.finished_req_ids = set()
 
     def execute_model(self, out: SchedulerOutput) -> ModelRunnerOutput:
         """The fake worker: a request that computed all its tokens samples one deterministic
@@ -449,6 +459,7 @@ class Scheduler(WaitingPass, KVTransfer):
         connector (``request_finished``) or an unreported load keeps them."""
         self._inflight_prefills.discard(request.request_id)
         delay_free_blocks |= self._connector_finished(request)
+        self.finished_req_ids.add(request.request_id)
         if not delay_free_blocks:
             self._free_blocks(request)
 

@@ -158,6 +158,11 @@ class ConnectorScheduler(UpstreamScheduler):
         return dict(self.upstream.requests)
 
     @property
+    def connector_state(self) -> ScriptedConnectorState | None:
+        """The scripted connector's state machine (its ``calls`` log), or ``None``."""
+        return self.state
+
+    @property
     def defer_block_free(self) -> bool:
         return bool(getattr(self.upstream, "defer_block_free", False))
 
