@@ -100,13 +100,19 @@ def slot_violations(target: Target, plan: StartupPlan, workload: Sequence[Worklo
     found: list[Violation] = []
 
     def on_step(s: SchedulerLike, step: int) -> None:
-        if not found:
-            found.extend(check_request_slots(s, added, s.finished, step))
+        found.extend(check_request_slots(s, added, s.finished, step))
+        if found:
+            raise _Stop  # a scheduler that lost track of a request may never stop: stop here
 
-    result = target.run_connector_workload(plan, workload, script, scheduler=sched, on_step=on_step)
-    if not found:
-        found.extend(check_request_slots(sched, added, sched.finished, result.steps))
-    return found
+    try:
+        result = target.run_connector_workload(plan, workload, script, scheduler=sched, on_step=on_step)
+    except _Stop:
+        return found
+    return check_request_slots(sched, added, sched.finished, result.steps)
+
+
+class _Stop(Exception):
+    """Raised from ``on_step`` to end a run at its first violation."""
 
 
 @given(case=connector_cases(), data=st.data())

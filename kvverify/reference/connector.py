@@ -78,12 +78,13 @@ class ConnectorScript:
     kv_load_failure_policy: str = "fail"
 
     def __post_init__(self) -> None:
+        for pair in self.requests:
+            if (not isinstance(pair, tuple) or len(pair) != 2 or not isinstance(pair[0], str) or not pair[0]
+                    or not isinstance(pair[1], RequestScript)):
+                raise ConfigError("requests", pair, "must be (request id, RequestScript) pairs")
         ids = [rid for rid, _ in self.requests]
         if len(set(ids)) != len(ids):
             raise ConfigError("requests", ids, "must name each request once")
-        for rid, script in self.requests:
-            if not isinstance(rid, str) or not rid or not isinstance(script, RequestScript):
-                raise ConfigError("requests", (rid, script), "must be (request id, RequestScript) pairs")
         if self.kv_role not in KV_ROLES:
             raise ConfigError("kv_role", self.kv_role, f"must be one of {KV_ROLES}")
         if self.kv_load_failure_policy not in KV_LOAD_FAILURE_POLICIES:

@@ -55,11 +55,10 @@ class KVTransfer:
     num_lookahead_tokens: int
     _spec_decode_step_blocks: int
 
-    def _queue_key(self) -> Any:  # provided by the scheduler
-        raise NotImplementedError
+    if TYPE_CHECKING:  # provided by the scheduler
+        def _queue_key(self) -> Any: ...
 
-    def _free_blocks(self, request: Request) -> None:  # provided by the scheduler
-        raise NotImplementedError
+        def _free_blocks(self, request: Request) -> None: ...
 
     # -- queues --
 
