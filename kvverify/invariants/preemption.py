@@ -26,7 +26,7 @@ def check_no_zero_progress_preemption(preempted: Iterable[str], in_flight: Itera
     batch that was in flight when the step scheduled (its output not yet processed)."""
     if not defer_block_free:
         return []
-    flying = set()
+    flying: set[str] = set()
     for batch in in_flight:
         flying.update(batch)
     fenced = sorted(set(preempted) & flying)

@@ -66,7 +66,7 @@ def connector_class() -> type:
     up = upstream()
     bases: tuple[type, ...] = (up.KVConnectorBase_V1,) + ((up.SupportsHMA,) if up.SupportsHMA is not None else ())
 
-    class ScriptedMeta(up.KVConnectorMetadata):  # type: ignore[misc,name-defined]
+    class ScriptedMeta(up.KVConnectorMetadata):  # type: ignore[name-defined]
         def __init__(self, meta: ConnectorMeta) -> None:
             self.meta = meta
 
