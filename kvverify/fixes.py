@@ -70,10 +70,10 @@ CATALOG: dict[str, Fix] = {f.name: f for f in (
         "breaking the scan on every step",
         explains_general_failures=True),
     Fix("async_load_reserves_own_need", "F11-async-load-spec-reservation-refuses-forever",
-        "an async KV load reserves, for its own speculative step, only the blocks the request will still "
-        "need after this allocation (its remaining blocks with the speculative slots, at most "
-        "max_model_len, minus what the load takes) instead of a constant _spec_decode_step_blocks, which "
-        "a pool sized for one request can never spare",
+        "an async KV load reserves for its own speculative step at most the blocks the request will still "
+        "need after this allocation (its full sequence with the speculative slots, capped at max_model_len "
+        "as allocate_slots caps them, minus what the load takes), not always _spec_decode_step_blocks, "
+        "which a pool sized for one request can never spare",
         explains_general_failures=True),
     Fix("landed_load_not_reloaded", "F12-one-token-full-hit-reloads-forever",
         "a request promoted from a landed KV load keeps its loaded KV and is never offered to the "

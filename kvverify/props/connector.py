@@ -24,7 +24,7 @@ from kvverify.connector_strategies import connector_cases, connector_workloads
 from kvverify.hypothesis_hooks import given
 from kvverify.invariants.admission import workload_violations
 from kvverify.invariants.allocation import AllocationRecorder, check_allocations
-from kvverify.invariants.base import Violation, assert_no_violations
+from kvverify.invariants.base import Violation
 from kvverify.invariants.preemption import check_no_zero_progress_preemption, in_flight_at_last_schedule
 from kvverify.invariants.reservations import check_reservations
 from kvverify.invariants.scheduling import check_step_budgets, check_step_requests
@@ -121,7 +121,7 @@ def test_request_slots_conserved(target: Target, case: StartupCase, data) -> Non
     """After every step each request is in exactly one of running / waiting / kv_holding_waiting
     (skipped, parked, loading) / finished-but-unfreed, and none is lost."""
     plan, work, script = _draw(target, case, data)
-    assert_no_violations(slot_violations(target, plan, work, script))
+    check_or_known(target, lambda t: slot_violations(t, _replan(t, case), work, script))
 
 
 def allocation_violations(target: Target, plan: StartupPlan, workload: Sequence[WorkloadSpec],
@@ -176,7 +176,7 @@ def test_no_zero_progress_preemption(target: Target, case: StartupCase, data) ->
     """Two batches in flight, a consumer connector: no victim whose block free is fenced behind
     a batch in flight is preempted (it would free nothing for the retry)."""
     plan, work, script = _draw(target, case, data)
-    assert_no_violations(preemption_violations(target, plan, work, script))
+    check_or_known(target, lambda t: preemption_violations(t, _replan(t, case), work, script))
 
 
 __all__ = ["allocation_violations", "completion_violations", "preemption_violations", "slot_violations",

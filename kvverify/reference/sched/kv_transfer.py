@@ -177,7 +177,7 @@ class KVTransfer:
                 apply_admission_cap=True)
             need_load = coordinator.get_num_blocks_to_allocate(
                 request.request_id, num_computed, computed_blocks.blocks, 0, num_computed, num_computed)
-            spec = max(0, need_all - need_load)
+            spec = min(spec, max(0, need_all - need_load))
         return self._inflight_prefill_reserved_blocks() + spec
 
 

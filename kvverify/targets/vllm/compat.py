@@ -139,6 +139,8 @@ class Compat:
     kv_supports_hma: bool = False
     #: the async-load gate's ``_spec_decode_step_blocks`` (>= 0.31, #57104)
     kv_spec_step_blocks: bool = False
+    #: the waiting scan pads a new one-token decode to ``1 + num_speculative_tokens`` (``pad_spec_decode``)
+    spec_decode_padding: bool = False
     #: parameter names of the callables whose keywords drifted
     params: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     #: callables taking **kwargs (anything is accepted)
@@ -264,6 +266,7 @@ def detect(version: str, modules: Mapping[str, ModuleType | None]) -> Compat:
         kv_supports_hma=_attr(connector_base, "SupportsHMA") is not None,
         kv_spec_step_blocks=kv_connector and (callable(getattr(sched_cls, "_spec_decode_step_blocks", None))
                                               or _method_mentions(sched_cls, "__init__", "_spec_decode_step_blocks")),
+        spec_decode_padding=_method_mentions(sched_cls, "schedule", "pad_spec_decode"),
         params=sigs,
         open_params=open_,
     )
@@ -431,6 +434,11 @@ FINDING_CAPABILITY: dict[str, Callable[[Compat, CheckRules], bool] | None] = {
     # Mamba align's 2 + S: its replay's pool (N = 2) starts where the check reserves no null block
     # (replayed on every installed release: reproduces on 0.29.0 and later, as F3)
     "F9": _reserves_null_block,
+    # the KV-transfer paths (issue 29; docs/releases-connector.md)
+    "F10": lambda caps, rules: caps.spec_decode_padding,           # pad_spec_decode in the waiting scan
+    "F11": lambda caps, rules: caps.kv_spec_step_blocks,           # the constant speculative reservation
+    "F12": lambda caps, rules: caps.kv_connector,                  # full-hit rewind to num_tokens - 1
+    "F13": lambda caps, rules: caps.kv_connector,                  # Mamba align + external tokens
 }
 
 

@@ -21,6 +21,7 @@ import itertools
 import weakref
 from typing import Any
 
+from kvverify.errors import PoolExhaustedError
 from kvverify.reference.connector import ConnectorMeta, ConnectorScript, ScriptedConnectorState
 from kvverify.reference.planner import StartupPlan
 from kvverify.reference.request import fake_output_token
@@ -249,11 +250,16 @@ class ConnectorScheduler(UpstreamScheduler):
         return finished
 
     def step(self) -> tuple[Any, list[str]]:
-        if self.batch_queue.size == 1:
-            out = self._schedule()
-            return out, self._update(out, self._execute(out))
-        scheduled, processed, finished = self.batch_queue.step(
-            self.has_requests, self._schedule, self._execute, self._update)
+        try:
+            if self.batch_queue.size == 1:
+                out = self._schedule()
+                return out, self._update(out, self._execute(out))
+            scheduled, processed, finished = self.batch_queue.step(
+                self.has_requests, self._schedule, self._execute, self._update)
+        except ValueError as e:
+            if str(e).startswith("Cannot get"):  # BlockPool.get_new_blocks: the pool ran out mid-step
+                raise PoolExhaustedError(str(e)) from e
+            raise
         return engine_step(self.current_step, scheduled, processed, finished), finished
 
 
