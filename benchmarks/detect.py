@@ -1,6 +1,7 @@
 """Time to detect each bug-zoo flaw from a cold start — the headline number.
 
-For each flaw, in a fresh Python process (``python -m benchmarks.detect FLAW``),
+For each flaw of every engine (:data:`kvverify.engines.ENGINES`: vLLM's, then SGLang's, each
+on its engine's reference), in a fresh Python process (``python -m benchmarks.detect FLAW``),
 ``kvverify.zoo.run_flaw(flaw, seed=s, shrink=False)`` for ``s`` in ``range(10)``: the
 flaw's catching property, no example database, up to 1,000 examples, shrinking off (we
 time the *finding*, not the minimising). A :class:`~benchmarks.probe.Probe` counts the
@@ -57,7 +58,7 @@ def _median(xs: list[float]) -> float:
 
 
 def detect_flaw(flaw: str, seeds: range, max_examples: int) -> dict:
-    from kvverify import flaws
+    from kvverify import engines
     from kvverify.zoo import CATCHERS
 
     runs = [detect_one(flaw, s, max_examples) for s in seeds]
@@ -68,7 +69,8 @@ def detect_flaw(flaw: str, seeds: range, max_examples: int) -> dict:
     cpu = [r["cpu_seconds"] for r in runs]
     med_ex, med_s = _median(ex), _median(sec)
     return {
-        "flaw": flaw, "upstream": flaws.CATALOG[flaw].upstream, "property": CATCHERS[flaw].__name__,
+        "flaw": flaw, "engine": engines.engine_of_flaw(flaw).name, "upstream": engines.flaw(flaw).upstream,
+        "property": CATCHERS[flaw].__name__,
         "seeds": len(runs), "caught": len(caught),
         "median_examples": med_ex, "worst_examples": max(ex), "median_seconds": round(med_s, 4),
         "worst_seconds": round(max(sec), 4),
@@ -89,12 +91,12 @@ def detect_flaw_cold(flaw: str, seeds: int, max_examples: int, timeout: int = 60
 
 
 def run(quick: bool = False, flaws_only: list[str] | None = None) -> dict:
-    from kvverify import flaws
+    from kvverify import engines
 
     seeds = 1 if quick else 10
     max_examples = 300 if quick else 1000
     start = time.perf_counter()
-    rows = [detect_flaw_cold(f, seeds, max_examples) for f in (flaws_only or list(flaws.CATALOG))]
+    rows = [detect_flaw_cold(f, seeds, max_examples) for f in (flaws_only or list(engines.flaw_catalog()))]
     return {"seeds": seeds, "max_examples": max_examples, "rows": rows,
             "all_meet_target": all(r["meets_target"] for r in rows),
             "wall_s": round(time.perf_counter() - start, 2)}

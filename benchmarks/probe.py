@@ -16,8 +16,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from hypothesis.errors import HypothesisException, UnsatisfiedAssumption
-from hypothesis.statistics import collector
+from hypothesis.errors import UnsatisfiedAssumption
+
+from kvverify.hypothesis_hooks import is_genuine_failure
+from kvverify.hypothesis_statistics import RunStatistics, collecting
 
 
 def preload_modules() -> int:
@@ -44,10 +46,6 @@ def preload_modules() -> int:
             except Exception:  # noqa: BLE001 - an optional module (torch, vllm) may not import
                 pass
     return len(sys.modules)
-
-
-def is_genuine_failure(e: BaseException) -> bool:
-    return isinstance(e, Exception) and not isinstance(e, HypothesisException)
 
 
 @dataclass
@@ -93,23 +91,22 @@ class Probe:
         # from its source, through __wrapped__ -- the probe must not change what is drawn
         return functools.wraps(inner)(counting)
 
-    def _on_statistics(self, stats: dict) -> None:
-        self.stopped_because = stats.get("stopped-because", self.stopped_because)
-        for phase in ("reuse-phase", "generate-phase"):
-            for case in stats.get(phase, {}).get("test-cases", []):
-                self.statuses[case["status"]] += 1
-                for ev in case["events"]:
-                    if "to satisfy filter" in ev:
-                        self.filter_retries += 1
-                    if ev.startswith("invalid because"):
-                        why = ev.split(":", 1)[-1].strip()
-                        self.invalid_reasons["filter" if "unable to satisfy" in why else why[:60]] += 1
+    def _on_statistics(self, stats: RunStatistics) -> None:
+        self.stopped_because = stats.stopped_because or self.stopped_because
+        for case in stats.test_cases:
+            self.statuses[case.status] += 1
+            for ev in case.events:
+                if "to satisfy filter" in ev:
+                    self.filter_retries += 1
+                if ev.startswith("invalid because"):
+                    why = ev.split(":", 1)[-1].strip()
+                    self.invalid_reasons["filter" if "unable to satisfy" in why else why[:60]] += 1
 
     def __enter__(self) -> "Probe":
         if self.prop is not None:
             self._saved = self.prop.hypothesis.inner_test
             self.prop.hypothesis.inner_test = self._wrap(self._saved)
-        self._ctx = collector.with_value(self._on_statistics)
+        self._ctx = collecting(self._on_statistics)
         self._ctx.__enter__()
         self.started, self.started_cpu = time.perf_counter(), time.process_time()
         return self

@@ -7,7 +7,9 @@
 Sections: ``props`` (examples/s per property, ci profile, one process; plus the wall time
 of ``pytest properties/ -n 2 --hypothesis-profile=ci`` unless ``--no-pytest`` or
 ``--quick``), ``detect`` (time to detect each bug-zoo flaw, 10 seeds), ``lemmas`` (proof
-times), ``runtime`` (BlockPool ops/s, scheduler steps/s, 10^3..10^6 blocks). JSON goes to
+times), ``runtime`` (BlockPool ops/s, scheduler steps/s, 10^3..10^6 blocks), ``check``
+(``kvverify check`` wall time and peak memory for max_model_len 10^3..10^8, every catalog model
+at 10^7; ``python -m benchmarks.check`` also writes ``docs/check-benchmark.json``). JSON goes to
 ``--json PATH``, else ``benchmarks/results/<label>-<UTC time>.json`` (git-ignored).
 Prints numbers, asserts nothing: the exit code is 0 unless a section crashed.
 """
@@ -30,7 +32,7 @@ if __package__ in (None, ""):  # `python benchmarks/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("runtime", "lemmas", "detect", "props")
+SECTIONS = ("runtime", "lemmas", "detect", "props", "check")
 
 
 def machine() -> dict[str, Any]:

@@ -152,3 +152,71 @@ def catalog_configs(models: Sequence[str] | None = None, *, max_pattern_repeats:
 
 __all__ = ["CatalogCase", "MEMORY_SOURCES", "REAL_BLOCK_SIZES", "catalog_cases", "catalog_configs",
            "catalog_layouts"]
+
+
+# --- config.json length keys (the max_model_len derivation) ---------------------------------
+
+#: model types whose transformers config class vLLM 0.33.0 loads without remote code, with the
+#: architecture a config.json names for them
+LENGTH_MODEL_TYPES = {
+    "llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM",
+    "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM", "gpt_oss": "GptOssForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM", "qwen3_next": "Qwen3NextForCausalLM", "jamba": "JambaForCausalLM",
+    "falcon_mamba": "FalconMambaForCausalLM", "llama4_text": "Llama4ForCausalLM",
+}
+_ROPE_TYPES = ("linear", "dynamic", "yarn", "llama3", "longrope", "default", "su", "deepseek_yarn", "ntk_unknown")
+
+
+@st.composite
+def rope_scalings(draw: st.DrawFn, max_pos: int | None) -> dict[str, Any] | None:
+    """A ``rope_scaling`` dict: a type (legacy ``type`` or ``rope_type``), a factor (int, float or
+    ``null``) and the type's other keys — all of them first, one missing now and then (transformers
+    refuses that config)."""
+    rope_type = draw(st.sampled_from(_ROPE_TYPES))
+    key = draw(st.sampled_from(("rope_type", "type")))
+    out: dict[str, Any] = {key: rope_type}
+    out["factor"] = draw(st.one_of(st.sampled_from((2.0, 4.0, 8.0, 1.5, 32.0)), st.integers(1, 16), st.none()))
+    original = draw(st.one_of(st.none(), st.integers(256, 65536)))
+    if rope_type in ("yarn", "llama3", "longrope", "su", "deepseek_yarn") and original is not None:
+        out["original_max_position_embeddings"] = original
+    if rope_type == "llama3":
+        out.update(low_freq_factor=1.0, high_freq_factor=4.0, rope_theta=500000.0)
+    if rope_type in ("longrope", "su"):
+        out.update(short_factor=[1.0] * 32, long_factor=[1.0] * 32)
+    if draw(st.integers(0, 9)) == 0 and len(out) > 1:  # a required key missing: refused
+        victim = draw(st.sampled_from(sorted(k for k in out if k not in ("rope_type", "type"))))
+        del out[victim]
+    return out
+
+
+@st.composite
+def length_configs(draw: st.DrawFn) -> dict[str, Any]:
+    """A ``config.json`` carrying what vLLM derives ``max_model_len`` from: a model type of
+    :data:`LENGTH_MODEL_TYPES`, ``max_position_embeddings`` (absent now and then: the config
+    class's default, or vLLM's 2048), sometimes another length key (``seq_length``,
+    ``n_positions``, ``max_seq_len``, ``model_max_length``), ``rope_theta`` and a drawn
+    ``rope_scaling`` (none first), ``original_max_position_embeddings`` at the top level sometimes."""
+    model_type = draw(st.sampled_from(sorted(LENGTH_MODEL_TYPES)))
+    cfg: dict[str, Any] = {"architectures": [LENGTH_MODEL_TYPES[model_type]], "model_type": model_type}
+    max_pos = draw(st.one_of(st.sampled_from((4096, 8192, 32768, 131072)), st.integers(64, 1 << 20), st.none()))
+    if max_pos is not None:
+        cfg["max_position_embeddings"] = max_pos
+    for key in draw(st.lists(st.sampled_from(("seq_length", "n_positions", "max_seq_len", "model_max_length")),
+                             max_size=2, unique=True)):
+        cfg[key] = draw(st.integers(64, 1 << 20))
+    if model_type not in ("falcon_mamba", "jamba"):
+        cfg["rope_theta"] = draw(st.sampled_from((10000.0, 500000.0, 1000000.0)))
+        if draw(st.booleans()):
+            cfg["rope_scaling"] = draw(rope_scalings(max_pos))
+    longrope = (cfg.get("rope_scaling") or {}).get("rope_type", (cfg.get("rope_scaling") or {}).get("type")) in (
+        "longrope", "su")
+    if draw(st.integers(0, 1 if longrope else 5)) == 0:  # Phi-3 keeps it at the top (LongRoPE's default length)
+        cfg["original_max_position_embeddings"] = draw(st.integers(256, 65536))
+    return cfg
+
+
+@st.composite
+def requested_lengths(draw: st.DrawFn, derived: int | None) -> int | None:
+    """``--max-model-len``: none, ``-1`` (auto), the derived length +-1, or anything."""
+    around = [derived - 1, derived, derived + 1] if derived else []
+    return draw(st.one_of(st.sampled_from([None, -1, *[x for x in around if x >= 1]]), st.integers(1, 1 << 22)))

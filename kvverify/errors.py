@@ -44,8 +44,6 @@ def require_int(field: str, value: object, *, minimum: int | None = None,
         return value  # fast path: valid
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(field, value, "must be an integer")
-    if minimum is not None and minimum >= 0 and _positivity_flaw():
-        minimum = None  # flaw no_positive_validation: ranges are not checked
     if minimum is not None and value < minimum:
         rng = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
         raise ConfigError(field, value, f"must be {rng}")
@@ -60,8 +58,3 @@ def require_int(field: str, value: object, *, minimum: int | None = None,
 MAX_BYTES = 2**50
 MAX_TOKENS = 2**40
 MAX_BLOCKS = 2**40
-
-
-def _positivity_flaw() -> bool:
-    from kvverify import flaws  # late import: flaws imports this module
-    return flaws.is_on("no_positive_validation")

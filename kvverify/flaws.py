@@ -7,6 +7,11 @@ on for exactly its own extent::
 
     with flaws.enabled("null_block_not_reserved"):
         plan = plan_kv_cache(...)
+
+:data:`CATALOG` is the one table of the zoo: every fact about a flaw that the zoo, the
+tests, the README table and the release attribution use is on its :class:`Flaw`
+(``docs/add-a-flaw.md`` walks through adding one; ``tests/test_zoo.py`` fails when a
+flaw lacks a fact).
 """
 
 from __future__ import annotations
@@ -20,15 +25,50 @@ from kvverify.switches import Switches
 
 
 @dataclass(frozen=True)
+class Budget:
+    """The zoo's quality bar for one flaw (``tests/test_zoo.py``): from a cold start
+    (derandomized, no example database) the catching property fails within ``examples``
+    examples, and its shrunk counterexample's lengths are at most ``shrunk_len`` and its
+    blocks at most ``shrunk_blocks`` (which fields those are is the engine's,
+    :attr:`kvverify.engines.Engine.shrunk_bounds`: vLLM's ``max_model_len`` and blocks,
+    SGLang's pool and request lengths in tokens and its pages)."""
+
+    examples: int
+    shrunk_len: int
+    shrunk_blocks: int = 8
+
+
+@dataclass(frozen=True, kw_only=True)
 class Flaw:
-    """One historical defect: where upstream had it, what users saw, and the property of
-    :mod:`kvverify.props` that must catch it (``caught_by``, its dotted path; the zoo runs it)."""
+    """One historical defect, and everything the suite knows about it.
+
+    * ``upstream``, ``symptom``, ``defect``: the issue or PR, what users saw, what was wrong;
+    * ``switched_in``: the module that switches it (``flaws.is_on(name)``), where upstream
+      had the defect;
+    * ``caught_by``: the property of :mod:`kvverify.props` that must catch it (its dotted
+      path; ``kvverify zoo`` runs it), within ``budget``;
+    * ``regression``: the dotted path of its regression case in its engine's zoo cases
+      (:mod:`kvverify.zoo_cases`, :mod:`kvverify.sglang.zoo_cases`), a function returning the
+      violations of a fixed minimal input (none without the flaw);
+    * ``no_lemma``: why no Z3 lemma catches it; empty when some lemma of
+      :mod:`kvverify.lemmas` lists it in ``catches`` (the lemma's own statement);
+    * ``not_in_recorded``: why the recorded vLLM 0.33.0 differential cannot see it; empty
+      when some recorded case must disagree with upstream once it is on.
+
+    SGLang's flaws are the same dataclass in their own catalogue (:mod:`kvverify.sglang.flaws`);
+    :mod:`kvverify.engines` routes a name to its engine.
+    """
 
     name: str
     upstream: str
     symptom: str
     defect: str
+    switched_in: str
     caught_by: str
+    budget: Budget
+    regression: str
+    no_lemma: str = ""
+    not_in_recorded: str = ""
 
     @property
     def property_name(self) -> str:
@@ -37,84 +77,170 @@ class Flaw:
 
     def catching_property(self) -> Callable[..., Any]:
         """The catching ``@given`` property (imported on first use: flaws load before props)."""
-        module, _, name = self.caught_by.rpartition(".")
-        prop: Callable[..., Any] = getattr(importlib.import_module(module), name)
+        prop: Callable[..., Any] = _resolve(self.caught_by)
         return prop
 
+    def regression_case(self) -> Callable[[], list[Any]]:
+        """The regression case: ``case()`` returns its violations (imported on first use)."""
+        case: Callable[[], list[Any]] = _resolve(self.regression)
+        return case
+
+
+def _resolve(dotted: str) -> Any:
+    module, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+_NO_LEMMA_SCHED = ("the scheduler's KV-transfer paths (a liveness defect over steps), not a capacity "
+                   "formula the lemmas prove")
 
 CATALOG: dict[str, Flaw] = {f.name: f for f in (
-    Flaw("override_ignored_in_check", "#27181, fixed by #41069",
-         "starts with a tiny override, then nothing longer than one block runs",
-         "the startup check sizes capacity from raw available memory instead of "
-         "num_gpu_blocks_override * bytes_per_block",
-         "kvverify.props.startup.test_startup_check_passes_implies_servable"),
-    Flaw("null_block_not_reserved", "#35541 / #47272",
-         "engine logs 1.00x concurrency, then 0 tok/s forever",
-         "check passes when sum_g blocks_g(L) <= N instead of <= N - 1",
-         "kvverify.props.startup.test_startup_check_passes_implies_servable"),
-    Flaw("autofit_ignores_null_block", "#48724",
-         "max_model_len=auto picks a length one block too long, which then hangs",
-         "auto-fit searches against the full pool instead of pool - 1 block",
-         "kvverify.props.startup.test_auto_fit_is_servable_and_maximal"),
-    Flaw("autofit_first_group_only", "#36030",
-         "auto-fit too large on hybrid models",
-         "auto-fit counts only the first KV cache group's blocks",
-         "kvverify.props.startup.test_auto_fit_is_servable_and_maximal"),
-    Flaw("swa_admission_uncapped", "#39734, fixed by #40946",
-         "Gemma-class hybrids: every request between real capacity and max_model_len deadlocks",
-         "the full-sequence gate charges SWA/chunked groups cdiv(num_tokens, B) while startup "
-         "sized them with the recycling cap",
-         "kvverify.props.admission.test_request_within_startup_bound_is_admitted"),
-    Flaw("swa_cap_on_allocation", "#39866 -> #40027",
-         "ValueError: Cannot get 1 free blocks from the pool mid-request",
-         "the admission cap is also applied to the per-step allocation",
-         "kvverify.props.runtime.test_predictor_equals_allocator"),
-    Flaw("mamba_hash_fallback_by_block_size", "#51108",
-         "engine fails to start: group block_size must be divisible by hash_block_size",
-         "the Mamba fallback tests block_size != cache block size instead of "
-         "mamba_cache_mode != 'align'",
-         "kvverify.props.block_sizes.test_resolved_block_sizes_accepted_by_coordinator"),
-    Flaw("mamba_align_zero_chunk", "#34445",
-         "Mamba-align model hangs on the first long prompt",
-         "when block_size > max_num_batched_tokens the aligned chunk rounds down to 0 tokens",
-         "kvverify.props.admission.test_admitted_workload_completes"),
-    Flaw("no_positive_validation", "#43496, #43521, #43842",
-         "ZeroDivisionError / infinite loop on block_size=0, hash_block_size=0, override 0",
-         "configuration values are not checked for positivity",
-         "kvverify.props.validation.test_bad_input_is_a_clear_error"),
-    Flaw("evictable_hits_not_counted", "test_evictable_cached_blocks_not_double_allocated",
-         "ValueError: Cannot get N free blocks right after an admission that said it fits",
-         "get_num_blocks_to_allocate does not count prefix-cache hits sitting in the free queue",
-         "kvverify.props.runtime.test_predictor_equals_allocator"),
-    Flaw("async_load_unreserved", "#45387 / #45388, fixed by #44560",
-         "Running: 0, Waiting: N, free blocks present, 0 tok/s under a KV-offloading connector",
-         "an async KV load is admitted against all free blocks (reserved_blocks=0), taking the "
-         "blocks other in-flight prefills and parked loads still need to finish",
-         "kvverify.props.connector.test_connector_workload_completes"),
-    Flaw("skipped_queue_not_split_by_blocks", "#45406 / #57841 (0.27 - 0.29: one skipped_waiting queue)",
-         "parked loads that landed are stranded behind a skipped head that needs more blocks than "
-         "are free: running=0, nothing scheduled, only a restart recovers",
-         "skip_request puts every skipped request into the queue drained first, so a request "
-         "holding no blocks can sit ahead of block holders and stop the scan",
-         "kvverify.props.connector.test_connector_workload_completes"),
-    Flaw("spec_blocks_unreserved_after_load", "#57104",
-         "KV connector + MTP under KV pressure: a landed load cannot get the block for its "
-         "speculative slots, every step repeats the same state",
-         "the async-load gate reserves neither the admitted load's own speculative step "
-         "(_spec_decode_step_blocks) nor the speculative slots of the other parked loads",
-         "kvverify.props.connector.test_speculative_connector_workload_completes"),
-    Flaw("deferred_requests_hold_slots", "#53130 (reported on 0.27.1) / #42568's accounting",
-         "admission stops for good once running + deferred requests reach max_num_seqs, "
-         "with the KV cache mostly free; /health stays 200",
-         "requests parked or skipped in the waiting scan count against max_num_seqs, and the "
-         "cap is checked before any of them can be promoted",
-         "kvverify.props.connector.test_connector_workload_completes"),
-    Flaw("deferred_free_preemption_cascade", "#49674, fixed by #49675",
-         "two batches in flight + a consumer connector: one failed allocation preempts every "
-         "running request while their blocks stay fenced; 0 tok/s",
-         "the running pass preempts a victim whose block free is deferred behind a step fence "
-         "(it frees nothing now) and keeps retrying",
-         "kvverify.props.connector.test_no_zero_progress_preemption"),
+    Flaw(name="override_ignored_in_check",
+         upstream="#27181, fixed by #41069",
+         symptom="starts with a tiny override, then nothing longer than one block runs",
+         defect="the startup check sizes capacity from raw available memory instead of "
+                "num_gpu_blocks_override * bytes_per_block",
+         switched_in="kvverify/reference/arith.py",
+         caught_by="kvverify.props.startup.test_startup_check_passes_implies_servable",
+         budget=Budget(examples=600, shrunk_len=64),
+         regression="kvverify.zoo_cases.override_ignored_in_check"),
+    Flaw(name="null_block_not_reserved",
+         upstream="#35541 / #47272",
+         symptom="engine logs 1.00x concurrency, then 0 tok/s forever",
+         defect="check passes when sum_g blocks_g(L) <= N instead of <= N - 1",
+         switched_in="kvverify/reference/arith.py",
+         caught_by="kvverify.props.startup.test_startup_check_passes_implies_servable",
+         budget=Budget(examples=100, shrunk_len=64),
+         regression="kvverify.zoo_cases.null_block_not_reserved"),
+    Flaw(name="autofit_ignores_null_block",
+         upstream="#48724",
+         symptom="max_model_len=auto picks a length one block too long, which then hangs",
+         defect="auto-fit searches against the full pool instead of pool - 1 block",
+         switched_in="kvverify/reference/arith.py",
+         caught_by="kvverify.props.startup.test_auto_fit_is_servable_and_maximal",
+         budget=Budget(examples=100, shrunk_len=64),
+         regression="kvverify.zoo_cases.autofit_ignores_null_block"),
+    Flaw(name="autofit_first_group_only",
+         upstream="#36030",
+         symptom="auto-fit too large on hybrid models",
+         defect="auto-fit counts only the first KV cache group's blocks",
+         switched_in="kvverify/reference/arith.py",
+         caught_by="kvverify.props.startup.test_auto_fit_is_servable_and_maximal",
+         budget=Budget(examples=600, shrunk_len=64),
+         regression="kvverify.zoo_cases.autofit_first_group_only"),
+    Flaw(name="swa_admission_uncapped",
+         upstream="#39734, fixed by #40946",
+         symptom="Gemma-class hybrids: every request between real capacity and max_model_len deadlocks",
+         defect="the full-sequence gate charges SWA/chunked groups cdiv(num_tokens, B) while startup "
+                "sized them with the recycling cap",
+         switched_in="kvverify/reference/arith.py",
+         caught_by="kvverify.props.admission.test_request_within_startup_bound_is_admitted",
+         budget=Budget(examples=200, shrunk_len=256),
+         regression="kvverify.zoo_cases.swa_admission_uncapped"),
+    Flaw(name="swa_cap_on_allocation",
+         upstream="#39866 -> #40027",
+         symptom="ValueError: Cannot get 1 free blocks from the pool mid-request",
+         defect="the admission cap is also applied to the per-step allocation",
+         switched_in="kvverify/reference/arith.py",
+         caught_by="kvverify.props.runtime.test_predictor_equals_allocator",
+         budget=Budget(examples=200, shrunk_len=256, shrunk_blocks=16),  # B=2: 12 blocks hold L=12
+         regression="kvverify.zoo_cases.swa_cap_on_allocation"),
+    Flaw(name="mamba_hash_fallback_by_block_size",
+         upstream="#51108",
+         symptom="engine fails to start: group block_size must be divisible by hash_block_size",
+         defect="the Mamba fallback tests block_size != cache block size instead of "
+                "mamba_cache_mode != 'align'",
+         switched_in="kvverify/reference/block_sizes.py",
+         caught_by="kvverify.props.block_sizes.test_resolved_block_sizes_accepted_by_coordinator",
+         budget=Budget(examples=200, shrunk_len=4096),
+         regression="kvverify.zoo_cases.mamba_hash_fallback_by_block_size"),
+    Flaw(name="mamba_align_zero_chunk",
+         upstream="#34445",
+         symptom="Mamba-align model hangs on the first long prompt",
+         defect="when block_size > max_num_batched_tokens the aligned chunk rounds down to 0 tokens",
+         switched_in="kvverify/reference/sched/scheduler.py",
+         caught_by="kvverify.props.admission.test_admitted_workload_completes",
+         budget=Budget(examples=200, shrunk_len=256),
+         regression="kvverify.zoo_cases.mamba_align_zero_chunk",
+         no_lemma="the scheduler's chunk alignment (a liveness defect), not a capacity formula the lemmas prove"),
+    Flaw(name="no_positive_validation",
+         upstream="#43496, #43521, #43842",
+         symptom="ZeroDivisionError / infinite loop on block_size=0, hash_block_size=0, override 0",
+         defect="configuration values are not checked for positivity",
+         switched_in="kvverify/reference/validation.py",
+         caught_by="kvverify.props.validation.test_bad_input_is_a_clear_error",
+         budget=Budget(examples=50, shrunk_len=64),
+         regression="kvverify.zoo_cases.no_positive_validation",
+         no_lemma="input validation: every lemma's domain is positive by construction",
+         not_in_recorded="bad input: every recorded case is one upstream accepts as input "
+                         "(the suite's strategies draw valid configs only)"),
+    Flaw(name="evictable_hits_not_counted",
+         upstream="test_evictable_cached_blocks_not_double_allocated",
+         symptom="ValueError: Cannot get N free blocks right after an admission that said it fits",
+         defect="get_num_blocks_to_allocate does not count prefix-cache hits sitting in the free queue",
+         switched_in="kvverify/reference/managers/base.py",
+         caught_by="kvverify.props.runtime.test_predictor_equals_allocator",
+         budget=Budget(examples=200, shrunk_len=256),
+         regression="kvverify.zoo_cases.evictable_hits_not_counted",
+         no_lemma="the managers' prefix-cache accounting at runtime, outside the proved capacity formulas"),
+    # the KV-transfer paths (issue 29): two or three requests whose prompts fill a pool at the
+    # startup boundary; the shrinker keeps N with L (N = blocks for L + 1), so N may stay larger
+    Flaw(name="async_load_unreserved",
+         upstream="#45387 / #45388, fixed by #44560",
+         symptom="Running: 0, Waiting: N, free blocks present, 0 tok/s under a KV-offloading connector",
+         defect="an async KV load is admitted against all free blocks (reserved_blocks=0), taking the "
+                "blocks other in-flight prefills and parked loads still need to finish",
+         switched_in="kvverify/reference/sched/kv_transfer.py",
+         caught_by="kvverify.props.connector.test_connector_workload_completes",
+         budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
+         regression="kvverify.zoo_cases.async_load_unreserved",
+         no_lemma=_NO_LEMMA_SCHED),
+    Flaw(name="skipped_queue_not_split_by_blocks",
+         upstream="#45406 / #57841 (0.27 - 0.29: one skipped_waiting queue)",
+         symptom="parked loads that landed are stranded behind a skipped head that needs more blocks than "
+                 "are free: running=0, nothing scheduled, only a restart recovers",
+         defect="skip_request puts every skipped request into the queue drained first, so a request "
+                "holding no blocks can sit ahead of block holders and stop the scan",
+         switched_in="kvverify/reference/sched/waiting.py",
+         caught_by="kvverify.props.connector.test_connector_workload_completes",
+         budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
+         regression="kvverify.zoo_cases.skipped_queue_not_split_by_blocks",
+         no_lemma=_NO_LEMMA_SCHED),
+    Flaw(name="spec_blocks_unreserved_after_load",
+         upstream="#57104",
+         symptom="KV connector + MTP under KV pressure: a landed load cannot get the block for its "
+                 "speculative slots, every step repeats the same state",
+         defect="the async-load gate reserves neither the admitted load's own speculative step "
+                "(_spec_decode_step_blocks) nor the speculative slots of the other parked loads",
+         switched_in="kvverify/reference/sched/kv_transfer.py",
+         caught_by="kvverify.props.connector.test_speculative_connector_workload_completes",
+         budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
+         regression="kvverify.zoo_cases.spec_blocks_unreserved_after_load",
+         no_lemma=_NO_LEMMA_SCHED),
+    Flaw(name="deferred_requests_hold_slots",
+         upstream="#53130 (reported on 0.27.1) / #42568's accounting",
+         symptom="admission stops for good once running + deferred requests reach max_num_seqs, "
+                 "with the KV cache mostly free; /health stays 200",
+         defect="requests parked or skipped in the waiting scan count against max_num_seqs, and the "
+                "cap is checked before any of them can be promoted",
+         switched_in="kvverify/reference/sched/waiting.py",
+         caught_by="kvverify.props.connector.test_connector_workload_completes",
+         budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
+         regression="kvverify.zoo_cases.deferred_requests_hold_slots",
+         no_lemma=_NO_LEMMA_SCHED),
+    Flaw(name="deferred_free_preemption_cascade",
+         upstream="#49674, fixed by #49675",
+         symptom="two batches in flight + a consumer connector: one failed allocation preempts every "
+                 "running request while their blocks stay fenced; 0 tok/s",
+         defect="the running pass preempts a victim whose block free is deferred behind a step fence "
+                "(it frees nothing now) and keeps retrying",
+         switched_in="kvverify/reference/sched/scheduler.py",
+         caught_by="kvverify.props.connector.test_no_zero_progress_preemption",
+         budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
+         regression="kvverify.zoo_cases.deferred_free_preemption_cascade",
+         no_lemma=_NO_LEMMA_SCHED,
+         not_in_recorded="no recorded connector workload (two batches in flight, a consumer connector) "
+                         "preempts a victim a batch in flight still holds: the flaw changes no recorded output"),
 )}
 
 _SWITCHES = Switches("flaw", CATALOG)

@@ -7,8 +7,12 @@ properties use :func:`given` from here, which keeps them; :func:`rebuild` then m
 ``@given`` test over the same body and strategies (its ``@example`` cases included) and
 leaves the original untouched. State machines get a seed or a failure blob through the
 public ``hypothesis.seed`` / ``hypothesis.reproduce_failure`` decorators on a subclass.
+:func:`is_genuine_failure` tells a failure of the code under test from Hypothesis's own
+control flow, and :func:`state_machine_of` finds the machine behind a ``Machine.TestCase``.
 ``tests/test_hypothesis_hooks.py`` pins the behaviour this relies on, so a Hypothesis
-upgrade that changes it fails there, loudly.
+upgrade that changes it fails there, loudly; ``tests/test_hypothesis_api.py`` allow-lists
+every Hypothesis name the project uses (all public but one, isolated in
+:mod:`kvverify.hypothesis_statistics`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from typing import Any, TypeVar, cast
 
 import hypothesis
 from hypothesis import settings as Settings
+from hypothesis.errors import HypothesisException
+from hypothesis.stateful import RuleBasedStateMachine
 from hypothesis.strategies import SearchStrategy
 
 T = TypeVar("T", bound=type)
@@ -81,4 +87,31 @@ def reproducing_machine(machine: T, version: str, blob: bytes) -> T:
     return hypothesis.reproduce_failure(version, blob)(_subclass(machine))
 
 
-__all__ = ["POSITIONAL_ATTR", "STRATEGIES_ATTR", "given", "rebuild", "reproducing_machine", "seeded_machine", "strategies_of"]
+def is_genuine_failure(e: BaseException) -> bool:
+    """Whether ``e``, raised through a property body, is a failure of the code under test.
+
+    Hypothesis's own exceptions (``assume`` / ``reject``, a health check, a frozen draw: every
+    ``hypothesis.errors.HypothesisException``) are its business, and so is a
+    ``BaseException`` that is no ``Exception`` (its stop signal, pytest's skip, Ctrl-C):
+    neither is ever a counterexample."""
+    return isinstance(e, Exception) and not isinstance(e, HypothesisException)
+
+
+def state_machine_of(test_case: object) -> type[RuleBasedStateMachine] | None:
+    """The state machine whose public ``Machine.TestCase`` is the class ``test_case`` (what
+    pytest collects from ``TestMachine = Machine.TestCase``), or ``None``. Hypothesis builds
+    ``TestCase`` once per machine class, so the identity holds (pinned in
+    ``tests/test_hypothesis_hooks.py``)."""
+    if not isinstance(test_case, type):
+        return None
+    pending: list[type[RuleBasedStateMachine]] = list(RuleBasedStateMachine.__subclasses__())
+    while pending:
+        machine = pending.pop()
+        if machine.TestCase is test_case:
+            return machine
+        pending.extend(machine.__subclasses__())
+    return None
+
+
+__all__ = ["POSITIONAL_ATTR", "STRATEGIES_ATTR", "given", "is_genuine_failure", "rebuild", "reproducing_machine",
+           "seeded_machine", "state_machine_of", "strategies_of"]

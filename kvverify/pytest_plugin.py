@@ -2,7 +2,11 @@
 
 ``pytest properties/ --flaw null_block_not_reserved`` runs every property on the
 reference with that bug-zoo flaw switched on (properties are then expected to fail);
-``--target vllm`` runs them against the installed vLLM release (0.19.1 … 0.33.0) through its adapter.
+``--target vllm`` runs them against the installed vLLM release (any supported one:
+:mod:`kvverify.targets.vllm.support`) through its adapter; ``--target`` takes any name of
+:data:`kvverify.targets.TARGETS` (each engine's properties run on the targets of their
+engine, :func:`kvverify.targets.targets_for`). A ``--flaw`` / ``--fix`` name goes to its
+engine's catalogue (:mod:`kvverify.engines`).
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ import os
 import pytest
 from hypothesis import settings
 
-from kvverify import flaws, profiles
+from kvverify import engines, exampledb, profiles
+from kvverify.errors import KVVerifyError
 
 pytest_plugins = ["kvverify.pytest_reports",  # counterexample reports for failing properties
                   "kvverify.pytest_attribution"]  # --attribute-flaws / --absorb-flaws
@@ -39,8 +44,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kvverify")
     group.addoption("--flaw", action="append", default=[], metavar="NAME",
                     help="switch a bug-zoo flaw on for the whole run (repeatable); see `kvverify zoo --list`")
-    group.addoption("--target", default=os.environ.get("KVVERIFY_TARGET", "reference"),
-                    help="system under test: reference (default) or vllm")
+    from kvverify.targets import DEFAULT_TARGET, TARGETS
+    group.addoption("--target", default=os.environ.get("KVVERIFY_TARGET", DEFAULT_TARGET),
+                    help=f"system under test: {' or '.join(TARGETS)} (default: {DEFAULT_TARGET}, which "
+                         "runs every engine's reference)")
     group.addoption("--fix", action="append", default=[], metavar="NAME",
                     help="switch a finding's proposed fix on (repeatable; kvverify/fixes.py): the reference "
                          "runs with the fix option, --target vllm with the finding's patch applied "
@@ -48,20 +55,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # the profile first: settings objects built while importing inherit the loaded default
-    settings.load_profile(config.getoption("hypothesis_profile", default=None) or profiles.default_profile())
+    # the profile first: settings objects built while importing inherit the loaded default;
+    # its database scoped to this run's target, flaws and fixes (kvverify/exampledb.py)
+    profile = config.getoption("hypothesis_profile", default=None) or profiles.default_profile()
+    try:
+        profiles.register_profiles(scope=exampledb.scope_for(
+            config.getoption("target"), config.getoption("flaw") or [], config.getoption("fix") or []))
+        profiles.check_database(profile)
+    except KVVerifyError as e:
+        raise pytest.UsageError(str(e)) from None
+    settings.load_profile(profile)
     _configure_fixes(config)  # before anything can import vLLM: --target vllm --fix needs the overlay
     _import_everything()
-    if config.getoption("target") == "vllm":
-        from kvverify.targets import get_target
-        try:
-            get_target("vllm")
-        except ValueError as e:
-            raise pytest.UsageError(f"--target vllm: {e}") from None
+    target = config.getoption("target")
+    from kvverify.targets import get_engine_target, targets_for
+    try:
+        for name in targets_for(target).values():
+            get_engine_target(name)  # an uninstalled engine is a clear error here, not in every test
+    except ValueError as e:
+        raise pytest.UsageError(f"--target {target}: {e}") from None
     names = config.getoption("flaw") or []
     if names:
-        try:
-            flaws.set_global(names)
+        try:  # each engine's flaws go to its own catalogue
+            engines.set_global(flaws=names)
         except ValueError as e:
             raise pytest.UsageError(str(e)) from None
 
@@ -72,12 +88,22 @@ def _configure_fixes(config: pytest.Config) -> None:
     runs whatever the target) the patched vLLM overlay goes first on sys.path."""
     import importlib.util
 
-    from kvverify import fixes
-    names = config.getoption("fix", default=None) or []
+    all_names = config.getoption("fix", default=None) or []
+    try:
+        engines.set_global(fixes=all_names)  # each engine's fixes in its own catalogue
+    except ValueError as e:
+        raise pytest.UsageError(f"--fix: {e}") from None
+    sglang_names = [n for n in all_names if engines.engine_of_fix(n).name == "sglang"]
+    names = [n for n in all_names if engines.engine_of_fix(n).name == "vllm"]
+    if sglang_names and config.getoption("target") == "sglang":
+        try:
+            from kvverify.targets.sglang import overlay as sglang_overlay
+            sglang_overlay.activate(sglang_names)
+        except ValueError as e:
+            raise pytest.UsageError(f"--fix: {e}") from None
     if not names:
         return
     try:
-        fixes.set_global(names)
         from kvverify.targets import overlay
         if config.getoption("target") == "vllm":
             overlay.activate(names)  # a fix without a patch is an error here
@@ -89,13 +115,13 @@ def _configure_fixes(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     profile = config.getoption("hypothesis_profile", default=None) or profiles.default_profile()  # as configured
-    lines = [f"kvverify: hypothesis profile={profile}, target={config.getoption('target')}"]
-    if flaws.active():
-        lines.append(f"kvverify: flaws ON: {', '.join(sorted(flaws.active()))}")
-    from kvverify import fixes
-    if fixes.active():
+    lines = [f"kvverify: hypothesis profile={profile}, target={config.getoption('target')}, "
+             f"database={profiles.describe_database(profile)}"]
+    if engines.active_flaws():
+        lines.append(f"kvverify: flaws ON: {', '.join(sorted(engines.active_flaws()))}")
+    if engines.active_fixes():
         from kvverify.targets import overlay
         where = overlay.active()
-        lines.append(f"kvverify: fixes ON: {', '.join(sorted(fixes.active()))}"
+        lines.append(f"kvverify: fixes ON: {', '.join(sorted(engines.active_fixes()))}"
                      + (f" (patched vLLM overlay {where})" if where else ""))
     return lines

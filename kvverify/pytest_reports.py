@@ -22,6 +22,7 @@ from typing import Any, Iterator
 import pytest
 
 from kvverify import reports
+from kvverify.hypothesis_hooks import is_genuine_failure, state_machine_of
 
 _SINK = pytest.StashKey[Any]()
 _PROPERTIES: list[Any] = []  # kvverify.props bodies, found once per session
@@ -97,8 +98,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         shown = reports.display_path(path)
         lines.append(f"counterexample report: {shown[:-5]}.md\nreplay: kvverify replay {shown}")
         rep.user_properties.append(("kvverify_report", shown))
-    machine = getattr(obj, "_hypothesis_state_machine_class", None)  # Machine.TestCase.runTest
-    if not captures and machine is not None and exc is not None and not _hypothesis_error(exc):
+    machine = state_machine_of(getattr(item, "cls", None))  # TestX = Machine.TestCase
+    if not captures and machine is not None and exc is not None and is_genuine_failure(exc):
         from kvverify import flaws
         try:
             paths = reports.report_stateful(
@@ -114,12 +115,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
             rep.user_properties.append(("kvverify_report", shown))
     if lines:
         rep.sections.append(("kvverify report", "\n".join(lines)))
-
-
-def _hypothesis_error(exc: BaseException) -> bool:
-    """Hypothesis's own complaints (health checks, flakiness, bad arguments): no counterexample."""
-    from hypothesis.errors import HypothesisException
-    return isinstance(exc, HypothesisException)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -396,7 +396,7 @@ def block_size_cases(draw) -> BlockSizeCase:
     if len(groups) > 1 and len({g.kv_cache_spec for g in groups}) == 1:
         # Several groups that all have ONE spec are built by no engine: every release's planner
         # (get_kv_cache_groups: is_kv_cache_spec_uniform -> _get_kv_cache_groups_uniform_spec,
-        # 0.19.1 ... 0.33.0) puts the layers of a uniform spec into one group; equal-spec groups
+        # measured on every supported release) puts the layers of a uniform spec into one group; equal-spec groups
         # only arise next to a group of another spec (hybrid page split). 0.28.0's
         # HybridKVCacheCoordinator asserts on such a list ("at least two attention groups"),
         # which is no release defect (docs/vllm-target.md, "0.28.0").

@@ -16,18 +16,24 @@ from typing import Any, Callable
 
 from hypothesis import HealthCheck, Phase, settings
 
-from kvverify import flaws
+from kvverify import engines
 from kvverify.hypothesis_hooks import rebuild
 from kvverify.props.recorder import RECORDER
-from kvverify.targets.base import Target
+from kvverify.reference.driver import WorkloadSpec
 
-#: flaw -> the property that must catch it, read off each :class:`kvverify.flaws.Flaw`
-CATCHERS: dict[str, Callable[..., Any]] = {f.name: f.catching_property() for f in flaws.CATALOG.values()}
+#: flaw -> the property that must catch it, read off each engine's :class:`kvverify.flaws.Flaw` s
+CATCHERS: dict[str, Callable[..., Any]] = {n: f.catching_property() for n, f in engines.flaw_catalog().items()}
+
+
+def all_flaws() -> list[str]:
+    """Every catalogued flaw of every engine (:data:`kvverify.engines.ENGINES`), vLLM's first."""
+    return list(engines.flaw_catalog())
 
 
 @dataclass(frozen=True)
 class ZooResult:
     flaw: str
+    engine: str
     upstream: str
     caught: bool
     property: str
@@ -42,14 +48,16 @@ class ZooResult:
         return asdict(self)
 
 
-def run_flaw(flaw: str, *, max_examples: int = 1000, seed: int | None = None, target: Target | None = None,
+def run_flaw(flaw: str, *, max_examples: int = 1000, seed: int | None = None, target: Any = None,
              shrink: bool = True) -> ZooResult:
-    """Run the flaw's catching property with the flaw on, from a cold start."""
-    from kvverify.targets import get_target
+    """Run the flaw's catching property with the flaw on, from a cold start, on ``target``
+    (default: the reference of the flaw's engine)."""
+    from kvverify.targets import get_engine_target, reference_of
 
-    flaws.check_name(flaw)
-    prop = CATCHERS[flaw]
-    target = target or get_target("reference")
+    engine = engines.engine_of_flaw(flaw)
+    entry = engine.flaw_catalog[flaw]
+    prop = entry.catching_property()
+    target = target if target is not None else get_engine_target(reference_of(engine.name))
     phases = [Phase.explicit, Phase.generate, Phase.target] + ([Phase.shrink] if shrink else [])
     run = rebuild(prop, settings=settings(max_examples=max_examples, deadline=None, database=None, phases=phases,
                                           suppress_health_check=list(HealthCheck), print_blob=False,
@@ -57,7 +65,7 @@ def run_flaw(flaw: str, *, max_examples: int = 1000, seed: int | None = None, ta
     RECORDER.reset()
     start = time.perf_counter()
     caught, error, violation = False, None, ""
-    with flaws.enabled(flaw):
+    with engine.flaws.enabled(flaw):
         try:
             run(target=target)
         except AssertionError as e:
@@ -68,7 +76,7 @@ def run_flaw(flaw: str, *, max_examples: int = 1000, seed: int | None = None, ta
     total = time.perf_counter() - start
     example = RECORDER.last_failure if caught else None
     return ZooResult(
-        flaw=flaw, upstream=flaws.CATALOG[flaw].upstream, caught=caught, property=prop.__name__,
+        flaw=flaw, engine=engine.name, upstream=entry.upstream, caught=caught, property=prop.__name__,
         examples=RECORDER.first_failure_at or RECORDER.examples,
         seconds=round(RECORDER.first_failure_seconds if RECORDER.first_failure_seconds is not None else total, 3),
         total_seconds=round(total, 3), counterexample=describe_example(example) if example else "",
@@ -76,8 +84,8 @@ def run_flaw(flaw: str, *, max_examples: int = 1000, seed: int | None = None, ta
 
 
 def run_zoo(names: list[str] | None = None, **kw: Any) -> list[ZooResult]:
-    """Every catalogued flaw (or ``names``), each from a cold start."""
-    return [run_flaw(n, **kw) for n in (names or list(flaws.CATALOG))]
+    """Every catalogued flaw of every engine (or ``names``), each from a cold start."""
+    return [run_flaw(n, **kw) for n in (names or all_flaws())]
 
 
 def describe_example(example: dict) -> str:
@@ -85,7 +93,9 @@ def describe_example(example: dict) -> str:
     parts = []
     for key, value in example.items():
         case = value
-        if hasattr(case, "vllm_config"):
+        if hasattr(case, "describe") and callable(case.describe):  # an SGLang config or case
+            parts.append(case.describe())
+        elif hasattr(case, "vllm_config"):
             c = case.vllm_config
             parts.append(f"B={c.block_size} L={c.max_model_len} M={c.max_num_batched_tokens}")
             if getattr(case, "source", None):
@@ -97,9 +107,16 @@ def describe_example(example: dict) -> str:
                 parts.append(f"groups={[g.kv_cache_spec.block_size for g in case.kv_cache_config.kv_cache_groups]}")
         elif key == "data":
             continue
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(w, WorkloadSpec) for w in value):
+            parts.append(f"{key}: " + ", ".join(_request(w) for w in value)[:160])
         else:
             parts.append(f"{key}={value!r}"[:80])
     return "; ".join(parts)
+
+
+def _request(w: WorkloadSpec) -> str:
+    """``r0 17+1`` (prompt + output tokens), ``@3`` when it arrives after step 0."""
+    return f"{w.request_id} {len(w.prompt_token_ids)}+{w.max_tokens}" + (f"@{w.arrival_step}" if w.arrival_step else "")
 
 
 def zoo_table(results: list[ZooResult]):

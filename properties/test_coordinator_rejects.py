@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from kvverify.hypothesis_hooks import given
 from kvverify.reference.block_sizes import BlockSizeError
 from kvverify.strategies import BlockSizeCase, StartupCase, block_size_cases, startup_cases
-from kvverify.targets.base import Target
+from kvverify.targets.base import Feature, Target, has, require
 
 
 def _near(value: int, low: int) -> st.SearchStrategy[int]:
@@ -39,16 +39,14 @@ def _accepts(case: BlockSizeCase, scheduler: int, hash_size: int) -> bool:
 
 
 def _check(target: Target, case: BlockSizeCase, data) -> None:
-    require = getattr(target, "require_feature", None)
-    if require is not None:
-        require("coordinator_block_sizes")  # vLLM 0.20 - 0.22: skipped with the reason
+    require(target, Feature.COORDINATOR_BLOCK_SIZES)  # vLLM 0.19 - 0.22: skipped with the reason
     try:
         scheduler, hash_size = target.resolve_block_sizes(case.kv_cache_config, case.vllm_config)
     except BlockSizeError:
         return  # an invalid prefix_match_unit: test_block_sizes.py judges the refusal
     # sizes < 1 never reach upstream's coordinator (it asserts nothing about them); the
     # reference refuses them with a clear error (bad input), so they are drawn for it only
-    low = -1 if target.name == "reference" else 1
+    low = -1 if has(target, Feature.NONPOSITIVE_BLOCK_SIZES) else 1
     divisors = [d for d in range(1, min(scheduler, 4096) + 1) if scheduler % d == 0]
     scheduler_drawn = data.draw(st.one_of(st.just(scheduler), _near(scheduler, low)), label="scheduler_block_size")
     hash_size = data.draw(st.one_of(st.sampled_from(divisors), _near(hash_size, low)), label="hash_block_size")
@@ -60,7 +58,7 @@ def _check(target: Target, case: BlockSizeCase, data) -> None:
         assert expected, f"accepted unservable sizes scheduler={scheduler} hash={hash_size}"
         return
     assert not expected, f"rejected servable sizes scheduler={scheduler} hash={hash_size}: {refusal}"
-    if target.name == "reference":  # upstream's bare asserts carry no message; ours must be clear
+    if has(target, Feature.NAMED_REFUSALS):  # upstream's bare asserts carry no message; ours must be clear
         assert any(str(v) in refusal for v in (scheduler, hash_size)), (
             f"the refusal does not name the sizes: {refusal!r}")
 

@@ -39,31 +39,28 @@ from kvverify.strategies import (
     startup_cases,
 )
 from kvverify.targets.reference import ReferenceTarget
+from kvverify.targets.vllm.target import VllmTarget
 
 
 @pytest.fixture(scope="module")
-def vllm_target():
+def vllm_target() -> VllmTarget:
     from kvverify.targets.vllm import vllm_available
 
     ok, why = vllm_available()
     if not ok:
         pytest.skip(f"differential vs vLLM skipped: {why}")
-    from kvverify.targets.vllm import VllmTarget
     return VllmTarget()
 
 
 REFERENCE = ReferenceTarget()
 
 
-def _pinned_release_only(vllm_target) -> None:
+def _pinned_release_only(vllm_target: VllmTarget) -> None:
     """The differential compares the reference with the release it mirrors; an older release
-    (``--target vllm`` in its venv) is judged by the properties, not by agreeing with 0.33."""
-    from kvverify.targets.vllm import REFERENCE_RELEASE
-
-    version = getattr(vllm_target, "version", REFERENCE_RELEASE)
-    if version != REFERENCE_RELEASE:
-        pytest.skip(f"differential vs vLLM skipped: the reference mirrors vLLM {REFERENCE_RELEASE}, "
-                    f"found {version} (its defects are for the properties to find)")
+    (``--target vllm`` in its venv) is judged by the properties, not by agreeing with the pin."""
+    if vllm_target.version != REFERENCE.version:
+        pytest.skip(f"differential vs vLLM skipped: the reference mirrors vLLM {REFERENCE.version}, "
+                    f"found {vllm_target.version} (its defects are for the properties to find)")
 
 
 # ------------------------------------------------------------------------ comparison
@@ -668,7 +665,7 @@ FINDING_FIXES = {"F1": "concurrency_counts_usable_blocks", "F2": "chunked_local_
 
 
 @pytest.mark.parametrize("finding", sorted(FINDINGS))
-def test_finding_reproduces_on_vllm(vllm_target, finding: str) -> None:
+def test_finding_reproduces_on_vllm(vllm_target: VllmTarget, finding: str) -> None:
     """Every finding's minimal counterexample, replayed on the real, pinned vLLM (strict: the
     day upstream changes, this fails and names the finding). See reports/findings/.
 
@@ -679,13 +676,11 @@ def test_finding_reproduces_on_vllm(vllm_target, finding: str) -> None:
     from kvverify.props.findings import ADAPTER_GAPS
 
     if not fixes.active():
-        masked = getattr(vllm_target, "finding_replay_masked", None)
-        why = masked(finding) if masked is not None else None
+        why = vllm_target.finding_replay_masked(finding)
         if why:
             pytest.skip(f"{finding}: {why}")
-        expects = getattr(vllm_target, "expects_finding", None)
-        if expects is not None and not expects(finding):
-            # absent from this release (kvverify/targets/vllm/compat.py, FINDING_CAPABILITY):
+        if not vllm_target.expects_finding(finding):
+            # absent from this release (kvverify/targets/vllm/findings.py, FINDING_CAPABILITY):
             # the minimal counterexample must not reproduce here
             with pytest.raises(AssertionError):
                 FINDINGS[finding](vllm_target)

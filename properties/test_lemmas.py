@@ -11,6 +11,7 @@ import pytest
 
 from kvverify import fixes
 from kvverify.lemmas import LEMMAS, prove
+from kvverify.sglang import fixes as sglang_fixes
 
 FINDING_LEMMAS = [lemma for lemma in LEMMAS if lemma.finding is not None]
 
@@ -32,7 +33,7 @@ def test_lemma_on_reference(lemma):
 
 @pytest.mark.parametrize("lemma", FINDING_LEMMAS, ids=lambda lemma: lemma.name)
 def test_finding_proved_under_its_fix(lemma):
-    assert lemma.finding.fix in fixes.CATALOG
+    assert lemma.finding.fix in fixes.CATALOG or lemma.finding.fix in sglang_fixes.CATALOG
     result = prove(lemma, fix=True)
     assert result.result == "proved", (result.counterexample, result.replay, result.reason)
     assert result.ok and result.fix == lemma.finding.fix
@@ -40,7 +41,7 @@ def test_finding_proved_under_its_fix(lemma):
 
 def test_every_lemma_proved_under_all_fixes_together():
     """The proposed fixes do not break any other lemma (nor each other)."""
-    with fixes.enabled(*fixes.CATALOG):
+    with fixes.enabled(*fixes.CATALOG), sglang_fixes.enabled(*sglang_fixes.CATALOG):
         bad = {lemma.name: (r.result, r.counterexample, r.reason)
                for lemma in LEMMAS if (r := prove(lemma)).result != "proved"}
     assert not bad

@@ -26,9 +26,8 @@ from typing import Any
 
 import pytest
 
-from kvverify import flaws, golden
+from kvverify import engines, golden
 from kvverify.errors import KVVerifyError
-from kvverify.reference.block_sizes import resolve_cache_hit_alignment_tokens
 from kvverify.reference.config import VllmConfig
 from kvverify.reference.driver import WorkloadSpec
 from kvverify.reference.planner import StartupPlan
@@ -118,9 +117,8 @@ def observe_block_sizes(target: Any, case: BlockSizeCase) -> dict[str, Any]:
     if out["block_sizes"][0] == "ok":
         scheduler, hash_size = out["block_sizes"][1]
         out["coordinator_accepts"] = target.coordinator_accepts(cfg, vc, scheduler, hash_size) is None
-        align = getattr(target, "resolve_cache_hit_alignment_tokens", None)
         out["cache_hit_alignment_tokens"] = outcome(
-            lambda: (align or resolve_cache_hit_alignment_tokens)(cfg, vc, scheduler, hash_size))
+            lambda: target.resolve_cache_hit_alignment_tokens(cfg, vc, scheduler, hash_size))
     return out
 
 
@@ -319,34 +317,31 @@ def test_corpus_format_and_coverage() -> None:
 # ---------------------------------------------------------- it can fail (bug zoo)
 
 #: Zoo flaws that change mirrored behaviour on the recorded cases: the replay must catch each.
-RECORDED_CATCHES = ("override_ignored_in_check", "null_block_not_reserved", "autofit_ignores_null_block",
-                    "autofit_first_group_only", "swa_admission_uncapped", "swa_cap_on_allocation",
-                    "mamba_hash_fallback_by_block_size", "mamba_align_zero_chunk", "evictable_hits_not_counted",
-                    "async_load_unreserved", "skipped_queue_not_split_by_blocks",
-                    "spec_blocks_unreserved_after_load", "deferred_requests_hold_slots")
-#: Zoo flaws the corpus cannot see, and why (docs/recorded-differential.md).
-NOT_CAUGHT = {"no_positive_validation": "bad input: every recorded case is one upstream accepts as input "
-                                        "(the suite's strategies draw valid configs only)",
-              "deferred_free_preemption_cascade": "no recorded connector workload (two batches in flight, a "
-                                                  "consumer connector) preempts a victim a batch in flight "
-                                                  "still holds: the flaw changes no recorded output"}
-
-
-def test_every_zoo_flaw_is_classified() -> None:
-    assert set(RECORDED_CATCHES) | set(NOT_CAUGHT) == set(flaws.CATALOG)
-    assert not set(RECORDED_CATCHES) & set(NOT_CAUGHT)
+#: The others give their reason in the catalogue (``Flaw.not_in_recorded``, docs/recorded-differential.md).
+#: Every engine's flaws (kvverify.engines): an SGLang flaw's reason is that the corpus is vLLM's.
+CATALOG = engines.flaw_catalog()
+RECORDED_CATCHES = [f.name for f in CATALOG.values() if not f.not_in_recorded]
 
 
 @pytest.mark.parametrize("flaw", RECORDED_CATCHES)
 def test_recorded_differential_catches_flaw(flaw: str) -> None:
     """With the flaw switched on, some record disagrees with upstream (the replay can fail)."""
     records = corpus_and_records()[1]
-    with flaws.enabled(flaw):
+    with engines.enabled(flaws=[flaw]):
         try:
             message = first_disagreement(range(len(records)))
         except Exception as e:  # noqa: BLE001 - a replay that crashes fails the replay test too
             message = f"{type(e).__name__}: {e}"
     assert message is not None, f"{flaw}: no recorded case disagrees with vLLM 0.33.0"
+
+
+@pytest.mark.parametrize("flaw", [f.name for f in CATALOG.values() if f.not_in_recorded])
+def test_flaws_the_corpus_cannot_see_are_not_seen(flaw: str) -> None:
+    """The catalogue's ``not_in_recorded`` reason holds: with the flaw on, every record still agrees."""
+    records = corpus_and_records()[1]
+    with engines.enabled(flaws=[flaw]):
+        message = first_disagreement([i for i in range(len(records)) if i not in KNOWN_DISAGREEMENTS])
+    assert message is None, f"{flaw}: the recorded differential sees it now; drop its `not_in_recorded`: {message}"
 
 
 # ------------------------------------------------------------------------- codec

@@ -1,6 +1,5 @@
 """Runtime: predictor == allocator, the SWA/chunked caps, and the pool state machine."""
 
-import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +14,7 @@ from kvverify.props.runtime import (  # noqa: F401
 )
 from kvverify.props.runtime import test_chunked_local_held_blocks_within_admission_caps as _chunked
 from kvverify.reports.capture import ReplayData
+from kvverify.targets import Feature, require
 
 
 def _f2_then_search(target) -> None:
@@ -46,7 +46,6 @@ def test_chunked_local_held_blocks_within_admission_caps(target) -> None:
 
 def test_chunked_local_caps_under_fix(target) -> None:
     """Under the proposed fix (one more block when C % B != 0) the property holds."""
-    if target.name != "reference":
-        pytest.skip("fixes are options on the reference")
+    require(target, Feature.FIX_OPTIONS)
     with fixes.enabled("chunked_local_cap_plus_one"):
         _f2_then_search(target)

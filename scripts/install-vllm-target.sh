@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install an upstream vLLM release (default: the pin, 0.33.0), CPU-only, into its
+# Install an upstream vLLM release (default: the pin, kvverify/targets/vllm/support.py), CPU-only, into its
 # OWN virtual environment, together with kvverify itself (editable), for
 # kvverify's `vllm` target.
 #
@@ -44,7 +44,9 @@
 # needs no network. --force rebuilds it from scratch.
 set -euo pipefail
 
-readonly PINNED_VERSION="0.33.0"
+PINNED_VERSION="$("${KVVERIFY_PYTHON:-python3}" "$(dirname "${BASH_SOURCE[0]}")/../kvverify/targets/vllm/support.py" pin)" \
+  || { echo "[install-vllm-target] cannot read the pin from kvverify/targets/vllm/support.py" >&2; exit 2; }
+readonly PINNED_VERSION   # the release the reference mirrors, written once in support.py
 readonly SCRIPT_REV="1"   # bump to invalidate existing venvs' stamps
 readonly TAG="[install-vllm-target]"
 
@@ -221,87 +223,10 @@ fi
 # -------------------------------------------------------------- verification
 t=$SECONDS
 log "verifying the vLLM install (versions, KV-cache imports, no CUDA, vLLM's own specifiers)"
-(cd / && vllm_env "$VPY" - "$CONSTRAINTS" "$VLLM_VERSION" <<'PY'
-import importlib, importlib.metadata as md, re, sys
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name as canon
-
-lock_path, want_vllm = sys.argv[1], sys.argv[2]
-problems = []
-
-# 1. every pin in the lock is installed at exactly that version
-pins = {}
-for line in open(lock_path):
-    line = line.split("#", 1)[0].strip()
-    if line:
-        m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==(\S+)", line)
-        if not m:
-            problems.append(f"lock line is not an exact pin: {line!r}")
-            continue
-        pins[canon(m.group(1))] = m.group(2)
-installed = {canon(d.metadata["Name"]): d.version for d in md.distributions()}
-for name, ver in sorted(pins.items()):
-    if installed.get(name) != ver:
-        problems.append(f"{name}: lock pins {ver}, installed {installed.get(name)}")
-
-# 2. nothing CUDA-ish slipped in
-for name in installed:
-    if name.startswith(("nvidia-", "cuda-")) or name in ("triton", "flashinfer-python"):
-        problems.append(f"unexpected GPU package installed: {name}")
-
-# 3. every vLLM requirement that IS installed satisfies vLLM's specifier
-#    (torch* excepted: 2.13.0+cpu instead of 2.14.0 is deliberate)
-for req_s in md.requires("vllm") or []:
-    req = Requirement(req_s)
-    if req.marker and not req.marker.evaluate({"extra": ""}):
-        continue
-    name = canon(req.name)
-    if name in ("torch", "torchvision", "torchaudio") or name not in installed:
-        continue
-    if req.specifier and not req.specifier.contains(installed[name], prereleases=True):
-        problems.append(f"{name} {installed[name]} does not satisfy vllm's {req}")
-
-# 4. the versions and the modules the adapter uses
-import torch
-if torch.version.cuda is not None:
-    problems.append(f"torch is a CUDA build ({torch.__version__})")
-import vllm
-if vllm.__version__ != want_vllm:
-    problems.append(f"vllm.__version__ is {vllm.__version__}, want {want_vllm}")
-import importlib.util
-# Modules every release 0.19.1 ... 0.33.0 has (release-neutral), then the ones only
-# some releases have: imported when the release ships them.
-optional = [
-    m for m in ("vllm.v1.core.kv_cache_planning", "vllm.v1.core.kv_cache_config_builder")
-    if importlib.util.find_spec(m) is not None
-]
-for mod in (
-    "vllm.config",
-    "vllm.sampling_params",
-    "vllm.v1.kv_cache_interface",
-    *optional,
-    "vllm.v1.core.kv_cache_utils",
-    "vllm.v1.core.block_pool",
-    "vllm.v1.core.kv_cache_manager",
-    "vllm.v1.core.single_type_kv_cache_manager",
-    "vllm.v1.core.sched.scheduler",
-    "vllm.v1.request",
-    "vllm.v1.outputs",
-    "vllm.v1.structured_output",
-    "vllm.v1.attention.backends.utils",
-    "vllm.v1.attention.backends.cpu_attn",
-):
-    try:
-        importlib.import_module(mod)
-    except Exception as e:  # noqa: BLE001 - report every failure
-        problems.append(f"import {mod} failed: {type(e).__name__}: {e}")
-
-if problems:
-    print("VERIFY FAILED:", *problems, sep="\n  ", file=sys.stderr)
-    sys.exit(1)
-print(f"verified: torch {torch.__version__}, vllm {vllm.__version__}, "
-      f"{len(pins)} pins exact, KV-cache modules import on CPU")
-PY
+# the modules are the adapter's own list (MODULES in kvverify/targets/vllm/compat.py), read
+# from its source: kvverify is not installed yet (see scripts/verify_vllm_install.py)
+(cd / && vllm_env "$VPY" "$SCRIPT_DIR/verify_vllm_install.py" "$CONSTRAINTS" "$VLLM_VERSION" \
+    "$REPO_ROOT/kvverify/targets/vllm/compat.py"
 ) || die "verification of the vLLM install failed (see above)"
 echo "$LOCK_KEY" > "$LOCK_STAMP"
 step_done "verify" "$t"
@@ -322,8 +247,14 @@ root = os.path.realpath(sys.argv[1])
 where = os.path.realpath(os.path.dirname(kvverify.__file__))
 if not where.startswith(root + os.sep):
     sys.exit(f"kvverify imports from {where}, not from {root}")
+# the adapter itself: the release in its supported range, its modules found where it looks
+from kvverify.targets.vllm.env import vllm_available
+ok, why = vllm_available()
+if not ok:
+    sys.exit(f"the vllm target cannot use this install: {why}")
+print(f"verified: the vllm target imports vLLM {why} (kvverify from {where})")
 PY
-) || die "kvverify is not importable from $REPO_ROOT in the venv"
+) || die "kvverify is not importable from $REPO_ROOT in the venv, or its vllm target cannot use the install"
 echo "$SELF_KEY" > "$SELF_STAMP"
 
 # ------------------------------------------------------------------ report

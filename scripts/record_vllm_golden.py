@@ -206,9 +206,8 @@ def main() -> int:
         print(f"vLLM is not importable here: {why}", file=sys.stderr)
         return 2
     target = VllmTarget()
-    version = getattr(target, "version", REFERENCE_RELEASE)
-    if version != REFERENCE_RELEASE:
-        print(f"the corpus records vLLM {REFERENCE_RELEASE} (the release the reference mirrors), found {version}",
+    if target.version != REFERENCE_RELEASE:
+        print(f"the corpus records vLLM {REFERENCE_RELEASE} (the release the reference mirrors), found {target.version}",
               file=sys.stderr)
         return 2
     exact_gib()

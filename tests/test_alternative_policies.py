@@ -18,6 +18,7 @@ import pkgutil
 from importlib import import_module
 
 import pytest
+from hypothesis import is_hypothesis_test
 
 import kvverify.props
 from kvverify import flaws
@@ -61,7 +62,7 @@ def test_every_scheduler_property_is_listed() -> None:
     for info in pkgutil.iter_modules(kvverify.props.__path__):
         module = import_module(f"kvverify.props.{info.name}")
         for name, fn in vars(module).items():
-            if (name.startswith("test_") and callable(fn) and getattr(fn, "is_hypothesis_test", False)
+            if (name.startswith("test_") and callable(fn) and is_hypothesis_test(fn)
                     and fn.__module__ == module.__name__ and _runs_the_scheduler(fn)):
                 found.add(name)
     listed = {p.__name__ for p in SCHEDULER_PROPERTIES}

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_quick_benchmark_writes_valid_json(tmp_path: Path) -> None:
-    from kvverify import flaws
+    from kvverify import engines
     from kvverify.lemmas import LEMMAS
 
     out = tmp_path / "bench.json"
@@ -28,10 +28,12 @@ def test_quick_benchmark_writes_valid_json(tmp_path: Path) -> None:
     assert data["quick"] is True and not data["errors"]
     assert data["machine"]["nproc"] >= 1 and data["machine"]["python"]
     sections = data["sections"]
-    assert set(sections) == {"runtime", "lemmas", "detect", "props"}
+    assert set(sections) == {"runtime", "lemmas", "detect", "props", "check"}
+    check = sections["check"]
+    assert check["growth"] and all(r["exit"] == 0 and r["peak_mb"] > 0 for r in check["growth"])
 
     detect = sections["detect"]
-    assert [r["flaw"] for r in detect["rows"]] == list(flaws.CATALOG)
+    assert [r["flaw"] for r in detect["rows"]] == list(engines.flaw_catalog())  # every engine's
     for row in detect["rows"]:
         assert row["seeds"] == len(row["runs"]) >= 1
         assert 0 <= row["caught"] <= row["seeds"]

@@ -391,9 +391,9 @@ def test_cli_catalog_model_on_meta(torch, capsys: pytest.CaptureFixture[str]) ->
 
 def test_poison_without_a_snapshot_uses_word_sums(torch, monkeypatch: pytest.MonkeyPatch) -> None:
     """The full-budget (cuda) branch: no second copy of the backing, chunked word sums instead."""
-    from kvverify.harness import checks, run_harness
-    monkeypatch.setattr(checks, "SNAPSHOT_BYTES", 0)
-    monkeypatch.setattr(checks, "CHUNK_BYTES", 1000)  # a multiple of 8: chunks stay word-aligned
+    from kvverify.harness import poison, run_harness
+    monkeypatch.setattr(poison, "SNAPSHOT_BYTES", 0)
+    monkeypatch.setattr(poison, "CHUNK_BYTES", 1000)  # a multiple of 8: chunks stay word-aligned
     assert run_harness(jamba_like(), "cpu").ok
     bad = run_harness(mutations.layers_share_in_group(jamba_like()), "cpu")
     assert any(v.name == "harness.poison" for v in bad.violations)

@@ -29,7 +29,7 @@ def fails(prop, **kw) -> str:
     (lambda s, h: (s, 1), "block_sizes.hash_exact"),           # divides everything, needlessly fine
 ])
 def test_block_sizes_exact_in_both_directions(monkeypatch, wrong, violation) -> None:
-    import kvverify.invariants.block_sizes as inv
+    import kvverify.targets.reference as inv  # the resolver the reference target answers G3 with
     from kvverify.props.block_sizes import test_resolved_block_sizes_accepted_by_coordinator as prop
 
     original = inv.resolve_kv_cache_block_sizes

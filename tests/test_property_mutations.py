@@ -56,7 +56,7 @@ def test_pool_machine_catches_a_pool_that_forgets_ref_counts(monkeypatch) -> Non
 
 
 def test_planned_block_sizes_property_catches_a_wrong_hash(monkeypatch) -> None:
-    import kvverify.invariants.block_sizes as inv
+    import kvverify.targets.reference as inv  # the resolver the reference target answers G3 with
     from kvverify.props.block_sizes import test_planned_block_sizes_are_consistent as prop
     real = inv.resolve_kv_cache_block_sizes
     monkeypatch.setattr(inv, "resolve_kv_cache_block_sizes",

@@ -1,6 +1,6 @@
 """``kvverify releases`` and the release infrastructure, without installing any release:
 JUnit parsing, the matrix rendering, venv discovery, the install script's arguments, and
-flaw attribution (kvverify/props/attribution.py)."""
+flaw attribution (kvverify/props/attribution.py, kvverify/releases/explain.py)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,19 @@ import pytest
 
 from kvverify import flaws
 from kvverify.cli import main
-from kvverify.cli import releases as R
 from kvverify.errors import ConfigError
 from kvverify.invariants.base import Violation
 from kvverify.props import attribution
+from kvverify.releases import explain, runs
+from kvverify.releases.defects import REPLAY_DIFFERENT, Defect, ReleaseResult, resolved_labels
+from kvverify.releases.explain import report_violation_line, reports_by_nodeid
+from kvverify.releases.junit import Outcome, attributed_in_test, counterexample_line, defect_line, parse_junit
+from kvverify.releases.page import SUMMARY_SCHEMA, _forward, render, summary
+from kvverify.releases.readme import README_BEGIN, README_END, update_readme, zoo_real_release_section
+from kvverify.releases.replays import replay_batch_main, replay_command, replay_defects, replay_on
+from kvverify.releases.store import load_results, write_result
+from kvverify.releases.suite import IGNORED, pytest_command
+from kvverify.releases.venvs import ENV_VENVS, STAMPS, ReleaseVenv, default_sources, discover, version_key
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,7 +70,7 @@ def _junit(tmp_path: Path) -> Path:
 
 
 def test_parse_junit_statuses_nodeids_and_reports(tmp_path: Path) -> None:
-    outs = {o.nodeid: o for o in R.parse_junit(_junit(tmp_path))}
+    outs = {o.nodeid: o for o in parse_junit(_junit(tmp_path))}
     assert outs["properties/test_plan.py::test_plan_ok"].status == "passed"
     failed = outs["properties/test_startup.py::test_startup_check_passes_implies_servable"]
     assert failed.status == "failed" and failed.seconds == 4.25
@@ -75,33 +84,33 @@ def test_parse_junit_statuses_nodeids_and_reports(tmp_path: Path) -> None:
 
 
 def test_defect_counterexample_and_in_test_attribution_lines(tmp_path: Path) -> None:
-    failed = next(o for o in R.parse_junit(_junit(tmp_path)) if o.name.startswith("test_startup"))
-    assert R.defect_line(failed) == "[startup.not_servable] the check passes but nothing runs (num_blocks=1)"
-    line = R.counterexample_line(failed)
+    failed = next(o for o in parse_junit(_junit(tmp_path)) if o.name.startswith("test_startup"))
+    assert defect_line(failed) == "[startup.not_servable] the check passes but nothing runs (num_blocks=1)"
+    line = counterexample_line(failed)
     assert line.startswith("Falsifying example: test_startup_check_passes_implies_servable(")
     assert "case=Case(num_blocks=1)" in line and "\n" not in line
-    assert R.attributed_in_test(failed) == ["null_block_not_reserved", "override_ignored_in_check"]
-    assert len(R.counterexample_line(failed, limit=40)) == 40
+    assert attributed_in_test(failed) == ["null_block_not_reserved", "override_ignored_in_check"]
+    assert len(counterexample_line(failed, limit=40)) == 40
 
 
-def _result(version: str, outcomes, defects, **kw) -> R.ReleaseResult:
+def _result(version: str, outcomes, defects, **kw) -> ReleaseResult:
     from dataclasses import asdict
-    return R.ReleaseResult(version, f"/v/vllm-{version}", outcomes=[asdict(o) for o in outcomes],
+    return ReleaseResult(version, f"/v/vllm-{version}", outcomes=[asdict(o) for o in outcomes],
                            defects=[asdict(d) for d in defects], passes=2, run_seconds=200.0,
                            install_seconds=130.0, venv_bytes=2 * 2**30, returncode=1, **kw)
 
 
 def test_render_matrix_summary_defects_and_skip_reasons(tmp_path: Path) -> None:
-    outs = R.parse_junit(_junit(tmp_path))
-    d1 = R.Defect("properties/test_startup.py::test_startup_check_passes_implies_servable",
+    outs = parse_junit(_junit(tmp_path))
+    d1 = Defect("properties/test_startup.py::test_startup_check_passes_implies_servable",
                   "[startup.not_servable] x", "Falsifying example: f(case=1)", "reports/releases/0.27.1/t.json",
                   ["null_block_not_reserved"], replay_on_release=1, forward={"0.28.0": 1, "0.29.0": 0})
-    d2 = R.Defect("properties/test_block_sizes.py::test_strict", "[XPASS(strict)] finding F9", "", None, [],
+    d2 = Defect("properties/test_block_sizes.py::test_strict", "[XPASS(strict)] finding F9", "", None, [],
                   found_in_pass=2)
     old = _result("0.27.1", outs, [d1, d2])
-    new = _result("0.33.0", [R.Outcome(o.nodeid, "passed") for o in outs], [])
+    new = _result("0.33.0", [Outcome(o.nodeid, "passed") for o in outs], [])
     doc = tmp_path / "docs" / "releases.md"
-    text = R.render([old, new], repo_root=tmp_path, doc_path=doc)
+    text = render([old, new], repo_root=tmp_path, doc_path=doc)
     assert "| 0.27.1 | 2.2 min | 2.0 GiB | 3.3 min | 2 | 1 | 2 | 1 | 1 | 2 |" in text
     assert "| null_block_not_reserved | test_startup_check_passes_implies_servable | · |" in text
     assert "| no counterexample (suite / adapter) | test_strict | · |" in text
@@ -115,8 +124,8 @@ def test_render_matrix_summary_defects_and_skip_reasons(tmp_path: Path) -> None:
     assert "no report: a strict xfail passed" in text
     assert ("Replays (`kvverify replay`, in each release's venv): 1 failure(s) with a report; 1 reproduce on "
             "0.27.1 (exit 1); 1 pass on a later installed release (exit 0); 1 without a report") in text
-    assert "No release has been run yet." in R.render([], repo_root=tmp_path, doc_path=doc)
-    assert "Installed but not run yet: 0.31.0." in R.render([old], repo_root=tmp_path, doc_path=doc,
+    assert "No release has been run yet." in render([], repo_root=tmp_path, doc_path=doc)
+    assert "Installed but not run yet: 0.31.0." in render([old], repo_root=tmp_path, doc_path=doc,
                                                             not_run=["0.31.0"])
 
 
@@ -129,7 +138,7 @@ def _fake_venv(root: Path, name: str, version: str | None, stamp: bool = True) -
     if version:
         (site / f"vllm-{version}.dist-info").mkdir()
     if stamp:
-        for s in R.STAMPS:
+        for s in STAMPS:
             (v / s).write_text("x")
     return v
 
@@ -141,31 +150,54 @@ def test_discover_venvs_sorted_stamped_and_deduplicated(tmp_path: Path) -> None:
     _fake_venv(tmp_path, "vllm-broken", None)  # no vLLM in it
     _fake_venv(tmp_path, "other", "0.20.0")  # not named like a release venv
     single = _fake_venv(tmp_path / "x", ".venv-vllm", "0.33.0")
-    found = R.discover([tmp_path, single, tmp_path])
+    found = discover([tmp_path, single, tmp_path])
     assert [(r.version, r.path.name) for r in found] == [("0.9.2", "vllm-0.9.2"), ("0.27.1", "vllm-0.27.1"),
                                                          ("0.33.0", ".venv-vllm")]
     assert found[0].python == tmp_path / "vllm-0.9.2" / "bin" / "python"
-    assert R.discover([tmp_path / "missing"]) == []
+    assert discover([tmp_path / "missing"]) == []
 
 
 def test_default_sources_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv(R.ENV_VENVS, os.pathsep.join(["/a", "/b/vllm-0.27.1"]))
-    assert R.default_sources(tmp_path) == [Path("/a"), Path("/b/vllm-0.27.1")]
-    monkeypatch.delenv(R.ENV_VENVS)
-    assert R.default_sources(tmp_path / "main") == [tmp_path / "main", tmp_path / "venvs"]
+    monkeypatch.setenv(ENV_VENVS, os.pathsep.join(["/a", "/b/vllm-0.27.1"]))
+    assert default_sources(tmp_path) == [Path("/a"), Path("/b/vllm-0.27.1")]
+    monkeypatch.delenv(ENV_VENVS)
+    assert default_sources(tmp_path / "main") == [tmp_path / "main", tmp_path / "venvs"]
 
 
 def test_pytest_command_uses_ci_ignore_list(tmp_path: Path) -> None:
-    ci = (REPO / ".ci" / "run").read_text()
-    assert sorted(R.IGNORED) == sorted(re.findall(r"--ignore=(\S+\.py)", ci))
-    cmd = R.pytest_command("/v/bin/python", junit=tmp_path / "j.xml", reports_dir=tmp_path, workers=2,
-                           profile="ci", absorb=["a", "b"])
+    assert IGNORED and all((REPO / p).is_file() for p in IGNORED)
+    cmd = pytest_command("/v/bin/python", junit=tmp_path / "j.xml", reports_dir=tmp_path, workers=2,
+                         profile="ci", absorb=["a", "b"])
     assert cmd[:5] == ["/v/bin/python", "-m", "pytest", "properties/", "--target"]
     assert ["-n", "2"] == cmd[cmd.index("-n"):cmd.index("-n") + 2]
     assert cmd[-2:] == ["--absorb-flaws", "a,b"] and f"--junitxml={tmp_path / 'j.xml'}" in cmd
-    only = R.pytest_command("p", junit=tmp_path / "j", reports_dir=tmp_path, workers=0, profile="ci",
-                            only=["properties/test_x.py::t"])
+    assert sorted(a.removeprefix("--ignore=") for a in cmd if a.startswith("--ignore")) == sorted(IGNORED)
+    only = pytest_command("p", junit=tmp_path / "j", reports_dir=tmp_path, workers=0, profile="ci",
+                          only=["properties/test_x.py::t"])
     assert "properties/" not in only and "properties/test_x.py::t" in only and "no:xdist" in only
+
+
+def test_ci_vllm_step_ignores_the_suites_list_and_keeps_no_copy(tmp_path: Path) -> None:
+    """.ci/run's vllm step reads the reference-only list from kvverify.releases.suite (no copy
+    of it): its lines run with a stand-in venv whose python prints the pytest arguments."""
+    ci = (REPO / ".ci" / "run").read_text()
+    assert not [p for p in IGNORED if p in ci]
+    start = ci.index("  IGNORE_TEXT=")
+    step = ci[start:ci.index("|| vllm_rc=$?", start)]
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    py = venv / "bin" / "python"
+    py.write_text(f'#!/bin/sh\nif [ "$2" = pytest ]; then printf "%s\\n" "$@"; else exec {sys.executable} "$@"; fi\n')
+    py.chmod(0o755)
+    done = subprocess.run(["bash", "-c", f"set -euo pipefail\nVLLM_VENV={venv}\n{step}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["-m", "pytest", "properties/", "--target", "vllm", "-n", "2",
+                                        "--hypothesis-profile=ci", "-q", "-p", "no:cacheprovider", "-rsx",
+                                        *[f"--ignore={p}" for p in IGNORED]]
+    printed = subprocess.run([sys.executable, "-m", "kvverify.releases.suite"], cwd=REPO, capture_output=True,
+                             text=True, timeout=60)
+    assert printed.returncode == 0 and printed.stdout.splitlines() == [f"--ignore={p}" for p in IGNORED]
 
 
 def test_cli_render_only_and_bad_release(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -195,6 +227,51 @@ def test_install_script_argument_errors() -> None:
     assert _install("--bogus").returncode == 2
     helped = _install("--help")
     assert helped.returncode == 0 and "--version X.Y.Z" in helped.stdout
+
+
+def _verify_script():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("verify_vllm_install", REPO / "scripts" / "verify_vllm_install.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_install_verification_imports_the_adapters_module_list(tmp_path: Path) -> None:
+    """The install script keeps no module list of its own: it verifies the adapter's
+    ``compat.MODULES``, read from compat.py's source (kvverify is not installed at that step),
+    importing each module the release ships as the adapter does; afterwards it asks the adapter."""
+    from kvverify.targets.vllm import compat
+    verify = _verify_script()
+    assert verify.adapter_modules(REPO / "kvverify" / "targets" / "vllm" / "compat.py") == compat.MODULES
+    script = (REPO / "scripts" / "install-vllm-target.sh").read_text()
+    assert not re.findall(r"[\"']vllm\.v1\.[\w.]+[\"']", script)  # no second list
+    assert "verify_vllm_install.py" in script and "kvverify/targets/vllm/compat.py" in script
+    assert "vllm_available()" in script
+    (tmp_path / "annotated.py").write_text('MODULES: tuple[str, ...] = ("a.b", "c")\n')
+    assert verify.adapter_modules(tmp_path / "annotated.py") == ("a.b", "c")
+    (tmp_path / "none.py").write_text("OTHER = ('a',)\n")
+    with pytest.raises(SystemExit, match="no MODULES"):
+        verify.adapter_modules(tmp_path / "none.py")
+    # a module the release lacks is skipped (itself or a parent missing); one that fails to import is a failure
+    pkg = tmp_path / "fakevllm"
+    (pkg / "v1").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "utils.py").write_text("")  # a module, not a package: fakevllm.utils.hashing cannot exist
+    (pkg / "v1" / "__init__.py").write_text("")
+    (pkg / "v1" / "broken.py").write_text("import no_such_dependency_of_vllm\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        assert verify.import_if_shipped("fakevllm.v1") is True
+        assert verify.import_if_shipped("fakevllm.v1.missing") is False
+        assert verify.import_if_shipped("fakevllm.nothing.here") is False
+        assert verify.import_if_shipped("fakevllm.utils.hashing") is False
+        with pytest.raises(ModuleNotFoundError, match="no_such_dependency_of_vllm"):
+            verify.import_if_shipped("fakevllm.v1.broken")
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in [m for m in sys.modules if m == "fakevllm" or m.startswith("fakevllm.")]:
+            del sys.modules[name]
 
 
 def test_every_lock_pins_its_release_and_cpu_torch() -> None:
@@ -246,8 +323,11 @@ def test_check_or_known_absorbs_only_the_absorbed_flaw(attribution_mode, tmp_pat
     flaw explains passes; one it does not explain still fails (the mechanism can fail)."""
     from kvverify.props.known import check_or_known
 
-    class Fake:
+    class Fake:  # a target without the fix options, as vLLM
         name = "fake"
+
+        def lacks(self, feature: object) -> str:
+            return "the fake target has no fix options"
 
     def check(t) -> list[Violation]:
         if getattr(t, "name", None) == "fake" or flaws.is_on("null_block_not_reserved"):
@@ -274,41 +354,41 @@ def test_reports_found_by_the_node_id_that_wrote_them(tmp_path: Path) -> None:
                                                  "run": {"nodeid": "properties/test_plan.py::test_a"}}))
     (d / "junk.json").write_text("{not json")
     (d / "other.json").write_text(json.dumps({"schema": "something else"}))
-    assert R.reports_by_nodeid(d, tmp_path) == {
+    assert reports_by_nodeid(d, tmp_path) == {
         "properties/test_plan.py::test_a": ["reports/releases/0.27.1/test_a-1.json"]}
 
 
 def test_ambiguous_failures_take_the_flaw_another_failure_needs_alone() -> None:
-    both = R.Defect("t::a", "v", "", None, ["null_block_not_reserved", "override_ignored_in_check"])
-    alone = R.Defect("t::b", "v", "", None, ["null_block_not_reserved"])
-    other = R.Defect("t::c", "v", "", None, ["autofit_first_group_only", "swa_admission_uncapped"])
-    none = R.Defect("t::d", "[x.y] v", "", "r.json", [])
-    crash = R.Defect("t::e", "TypeError: f() takes 1 positional argument", "", "r.json", [])
+    both = Defect("t::a", "v", "", None, ["null_block_not_reserved", "override_ignored_in_check"])
+    alone = Defect("t::b", "v", "", None, ["null_block_not_reserved"])
+    other = Defect("t::c", "v", "", None, ["autofit_first_group_only", "swa_admission_uncapped"])
+    none = Defect("t::d", "[x.y] v", "", "r.json", [])
+    crash = Defect("t::e", "TypeError: f() takes 1 positional argument", "", "r.json", [])
     assert crash.label == "crash: TypeError (adapter until shown otherwise)"
-    assert R.resolved_labels([both, alone, other, none]) == [
+    assert resolved_labels([both, alone, other, none]) == [
         "null_block_not_reserved", "null_block_not_reserved",
         "autofit_first_group_only | swa_admission_uncapped", "unexplained"]
-    assert R.resolved_labels([both]) == ["null_block_not_reserved | override_ignored_in_check"]
+    assert resolved_labels([both]) == ["null_block_not_reserved | override_ignored_in_check"]
 
 
 # ------------------------------------------------------------------- replays, fixing release
-def _venvs(*versions: str) -> list[R.ReleaseVenv]:
-    return [R.ReleaseVenv(v, Path(f"/v/vllm-{v}")) for v in versions]
+def _venvs(*versions: str) -> list[ReleaseVenv]:
+    return [ReleaseVenv(v, Path(f"/v/vllm-{v}")) for v in versions]
 
 
 def test_replay_defects_on_the_release_then_forward_until_the_first_pass() -> None:
     """Own replay for every failure with a report; then the later releases, oldest first, each
     report until its first exit 0 (the release that fixed it), or until it is a known finding
     (strict xfail) there; one replay call per venv, with only the reports still pending."""
-    a = R.Defect("p.py::test_a", "[a] x", "", "r/a.json", ["null_block_not_reserved"])
-    b = R.Defect("p.py::test_b", "[b] y", "", "r/b.json", ["mamba_align_zero_chunk"])
-    c = R.Defect("p.py::test_c", "[c] z", "", "r/c.json", [], reference_reproduces=True)
-    none = R.Defect("p.py::test_d", "hypothesis.errors.FailedHealthCheck: x", "", None, [])
-    crash = R.Defect("p.py::test_e", "kvverify.errors.ConfigError: x", "", "r/e.json", [])
+    a = Defect("p.py::test_a", "[a] x", "", "r/a.json", ["null_block_not_reserved"])
+    b = Defect("p.py::test_b", "[b] y", "", "r/b.json", ["mamba_align_zero_chunk"])
+    c = Defect("p.py::test_c", "[c] z", "", "r/c.json", [], reference_reproduces=True)
+    none = Defect("p.py::test_d", "hypothesis.errors.FailedHealthCheck: x", "", None, [])
+    crash = Defect("p.py::test_e", "kvverify.errors.ConfigError: x", "", "r/e.json", [])
     result = _result("0.25.0", [], [a, b, c, none, crash])
-    answers = {("0.25.0", "r/e.json"): (R.REPLAY_DIFFERENT, "reproduced (different failure)"),
+    answers = {("0.25.0", "r/e.json"): (REPLAY_DIFFERENT, "reproduced (different failure)"),
                ("0.25.0", "r/a.json"): (1, "reproduced"), ("0.25.0", "r/b.json"): (1, "reproduced"),
-               ("0.25.0", "r/c.json"): (R.REPLAY_DIFFERENT, "reproduced (different failure)"),
+               ("0.25.0", "r/c.json"): (REPLAY_DIFFERENT, "reproduced (different failure)"),
                ("0.27.1", "r/a.json"): (1, "reproduced"), ("0.27.1", "r/b.json"): (0, "passes"),
                ("0.27.1", "r/c.json"): (1, "reproduced"),
                ("0.29.0", "r/a.json"): (0, "rejected"), ("0.29.0", "r/c.json"): (1, "reproduced")}
@@ -319,16 +399,16 @@ def test_replay_defects_on_the_release_then_forward_until_the_first_pass() -> No
         calls.append((version, list(reports)))
         return {r: answers[(version, r)] for r in reports}
 
-    later = {"0.29.0": R.ReleaseResult("0.29.0", "/v", outcomes=[{"nodeid": "p.py::test_c", "status": "xfailed"}])}
-    R.replay_defects(result, _venvs("0.22.0", "0.25.0", "0.27.1", "0.29.0", "0.33.0"), REPO, later, replay=fake)
+    later = {"0.29.0": ReleaseResult("0.29.0", "/v", outcomes=[{"nodeid": "p.py::test_c", "status": "xfailed"}])}
+    replay_defects(result, _venvs("0.22.0", "0.25.0", "0.27.1", "0.29.0", "0.33.0"), REPO, later, replay=fake)
     assert calls == [("0.25.0", ["r/a.json", "r/b.json", "r/c.json", "r/e.json"]),
                      ("0.27.1", ["r/a.json", "r/b.json", "r/c.json"]),  # a crash is not replayed forward
                      ("0.29.0", ["r/a.json", "r/c.json"])]  # b fixed in 0.27.1; c a known finding from 0.29.0
-    da, db, dc, dd, de = (R.Defect(**d) for d in result.defects)
-    assert de.is_crash and de.forward == {} and "not replayed forward" in R._forward(de)
+    da, db, dc, dd, de = (Defect(**d) for d in result.defects)
+    assert de.is_crash and de.forward == {} and "not replayed forward" in _forward(de)
     assert (da.replay_on_release, da.forward, da.fixed_in) == (1, {"0.27.1": 1, "0.29.0": 0}, "0.29.0")
     assert (db.forward, db.fixed_in, dc.fixed_in) == ({"0.27.1": 0}, "0.27.1", None)
-    assert dc.replay_on_release == R.REPLAY_DIFFERENT and dd.forward == {} and dd.replay_on_release is None
+    assert dc.replay_on_release == REPLAY_DIFFERENT and dd.forward == {} and dd.replay_on_release is None
     assert "Hypothesis health check" in dd.no_report_reason and not da.no_report_reason
 
 
@@ -345,16 +425,16 @@ def test_replay_on_reads_one_json_line_per_report(tmp_path: Path) -> None:
                   "echo 'KVVERIFY-REPLAY {\"report\": \"c.json\", \"exit\": 0, \"status\": \"passes\"}'\n"
                   "exit 3\n")
     py.chmod(0o755)
-    got = R.replay_on(venv, ["a.json", "b.json", "c.json", "d.json"], tmp_path)
-    assert got == {"a.json": (1, "reproduced"), "b.json": (R.REPLAY_DIFFERENT, "crash"), "c.json": (0, "passes"),
+    got = replay_on(venv, ["a.json", "b.json", "c.json", "d.json"], tmp_path)
+    assert got == {"a.json": (1, "reproduced"), "b.json": (REPLAY_DIFFERENT, "crash"), "c.json": (0, "passes"),
                    "d.json": (None, "replay process exited 3")}
-    assert R.replay_on(tmp_path / "missing", ["a.json"], tmp_path) == {"a.json": (None, "no python in the venv")}
-    assert R.replay_command("py", ["x.json"])[1:4] == ["-m", "kvverify.cli.releases", "--replay-batch"]
+    assert replay_on(tmp_path / "missing", ["a.json"], tmp_path) == {"a.json": (None, "no python in the venv")}
+    assert replay_command("py", ["x.json"])[1:4] == ["-m", "kvverify.releases.replays", "--replay-batch"]
 
 
 def test_replay_batch_answers_for_every_report(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     import json
-    assert R._replay_batch_main([str(tmp_path / "nope.json")]) == 0
+    assert replay_batch_main([str(tmp_path / "nope.json")]) == 0
     line = capsys.readouterr().out.strip()
     assert line.startswith("KVVERIFY-REPLAY ")
     d = json.loads(line.removeprefix("KVVERIFY-REPLAY "))
@@ -369,18 +449,18 @@ def test_release_run_keeps_the_other_releases(monkeypatch: pytest.MonkeyPatch, t
     _fake_venv(venvs, "vllm-0.27.1", "0.27.1")
     _fake_venv(venvs, "vllm-0.33.0", "0.33.0")
     root = tmp_path / "rel"
-    other = _result("0.33.0", [R.Outcome("properties/test_a.py::t", "passed")], [])
-    R.write_result(other, root)
+    other = _result("0.33.0", [Outcome("properties/test_a.py::t", "passed")], [])
+    write_result(other, root)
     before = (root / "0.33.0" / "result.json").read_text()
     ran: list[str] = []
 
     def fake_run(rv, repo_root, out_root, **kw):
         ran.append(rv.version)
-        r = _result(rv.version, [R.Outcome("properties/test_a.py::t", "failed")], [])
-        R.write_result(r, out_root)
+        r = _result(rv.version, [Outcome("properties/test_a.py::t", "failed")], [])
+        write_result(r, out_root)
         return r
 
-    monkeypatch.setattr(R, "run_release", fake_run)
+    monkeypatch.setattr(runs, "run_release", fake_run)
     out = tmp_path / "releases.md"
     assert main(["releases", "--venvs", str(venvs), "--release", "0.27.1", "--reports-root", str(root),
                  "--output", str(out)]) == 0
@@ -389,40 +469,40 @@ def test_release_run_keeps_the_other_releases(monkeypatch: pytest.MonkeyPatch, t
     assert row == "| `test_a.py::t` | **FAILS** | pass |"
     data = json.loads(out.with_suffix(".json").read_text())
     assert [r["version"] for r in data["releases"]] == ["0.27.1", "0.33.0"]
-    assert data == R.summary(R.load_results(root)) and asdict(other)["version"] == "0.33.0"
+    assert data == summary(load_results(root)) and asdict(other)["version"] == "0.33.0"
 
 
 # --------------------------------------------------------------- the README's real-release table
 def test_zoo_real_release_section_and_readme_update(tmp_path: Path) -> None:
-    d1 = R.Defect("p::test_a", "[a] x", "", "r/a.json", ["null_block_not_reserved"], replay_on_release=1,
+    d1 = Defect("p::test_a", "[a] x", "", "r/a.json", ["null_block_not_reserved"], replay_on_release=1,
                   forward={"0.28.0": 1, "0.29.0": 0})
-    d2 = R.Defect("p::test_b", "[b] x", "", "r/b.json", ["mamba_align_zero_chunk + null_block_not_reserved",
+    d2 = Defect("p::test_b", "[b] x", "", "r/b.json", ["mamba_align_zero_chunk + null_block_not_reserved",
                                                          "mamba_align_zero_chunk + override_ignored_in_check"],
                   replay_on_release=1, forward={"0.27.1": 0})
-    d3 = R.Defect("p::test_c", "[c] x", "", "r/c.json", ["mamba_align_zero_chunk"], replay_on_release=1)
-    data = R.summary([_result("0.25.0", [], [d1, d2, d3]), _result("0.33.0", [], [])])
+    d3 = Defect("p::test_c", "[c] x", "", "r/c.json", ["mamba_align_zero_chunk"], replay_on_release=1)
+    data = summary([_result("0.25.0", [], [d1, d2, d3]), _result("0.33.0", [], [])])
     assert [f["defect"] for f in data["releases"][0]["failures"]] == [
         "null_block_not_reserved", "mamba_align_zero_chunk + null_block_not_reserved", "mamba_align_zero_chunk"]
-    text = R.zoo_real_release_section(data)
+    text = zoo_real_release_section(data)
     rows = {ln.split("|")[1].strip(): ln for ln in text.splitlines() if ln.startswith("| `")}
     assert set(rows) == {f"`{n}`" for n in flaws.CATALOG}
     assert rows["`null_block_not_reserved`"] == (
         "| `null_block_not_reserved` | yes | 0.25.0 (1 failure; replays: 1/1 exit 1 on their release, first pass "
         "(exit 0) on 0.29.0); 0.25.0 together with `mamba_align_zero_chunk` (1 failure) |")
     assert "later releases not replayed yet" in rows["`mamba_align_zero_chunk`"]
-    amb = R.Defect("p::test_d", "[d] x", "", "r/d.json", ["autofit_ignores_null_block + swa_admission_uncapped",
+    amb = Defect("p::test_d", "[d] x", "", "r/d.json", ["autofit_ignores_null_block + swa_admission_uncapped",
                                                           "null_block_not_reserved + swa_admission_uncapped"])
-    rows2 = R.zoo_real_release_section(R.summary([_result("0.19.1", [], [amb])]))
+    rows2 = zoo_real_release_section(summary([_result("0.19.1", [], [amb])]))
     assert ("| `swa_admission_uncapped` | yes | 0.19.1 ambiguous: `autofit_ignores_null_block + swa_admission_uncapped`"
             " or `null_block_not_reserved + swa_admission_uncapped` (1 failure) |") in rows2
     assert "not found in the releases run" in rows["`autofit_first_group_only`"]
     assert "Releases run: 0.25.0, 0.33.0." in text
     readme = tmp_path / "README.md"
-    readme.write_text(f"a\n{R.README_BEGIN}\nold\n{R.README_END}\nb\n")
-    assert R.update_readme(readme, "NEW")
-    assert readme.read_text() == f"a\n{R.README_BEGIN}\nNEW\n{R.README_END}\nb\n"
+    readme.write_text(f"a\n{README_BEGIN}\nold\n{README_END}\nb\n")
+    assert update_readme(readme, "NEW")
+    assert readme.read_text() == f"a\n{README_BEGIN}\nNEW\n{README_END}\nb\n"
     readme.write_text("no markers")
-    assert not R.update_readme(readme, "NEW") and readme.read_text() == "no markers"
+    assert not update_readme(readme, "NEW") and readme.read_text() == "no markers"
 
 
 def test_readme_real_release_table_is_the_matrix_data() -> None:
@@ -430,10 +510,10 @@ def test_readme_real_release_table_is_the_matrix_data() -> None:
     by `kvverify releases` with docs/releases.md), never typed by hand."""
     import json
     data = json.loads((REPO / "docs" / "releases.json").read_text())
-    assert data["schema"] == R.SUMMARY_SCHEMA and len(data["releases"]) >= 10
+    assert data["schema"] == SUMMARY_SCHEMA and len(data["releases"]) >= 10
     readme = (REPO / "README.md").read_text()
-    section = readme[readme.index(R.README_BEGIN) + len(R.README_BEGIN):readme.index(R.README_END)]
-    assert section.strip("\n") == R.zoo_real_release_section(data)
+    section = readme[readme.index(README_BEGIN) + len(README_BEGIN):readme.index(README_END)]
+    assert section.strip("\n") == zoo_real_release_section(data)
 
 
 # ------------------------------------------------------------------- attribution by pairs
@@ -448,8 +528,8 @@ def test_pairs_explain_a_failure_no_single_flaw_explains(monkeypatch: pytest.Mon
         return reports.ReplayOutcome(ok, "reproduced" if ok else "passes", "")
     monkeypatch.setattr(reports, "replay_report", fake_replay)
     report = {"violation": {"name": "admission.stall.head_of_line"}}
-    assert attribution.explain_report(report)["flaws"] == ["mamba_align_zero_chunk + null_block_not_reserved"]
-    assert attribution.explain_report(report, pairs=False)["flaws"] == []
+    assert explain.explain_report(report)["flaws"] == ["mamba_align_zero_chunk + null_block_not_reserved"]
+    assert explain.explain_report(report, pairs=False)["flaws"] == []
     seen = [Violation("admission.stall.head_of_line", "x")]
 
     def rerun() -> list[Violation]:
@@ -461,15 +541,18 @@ def test_pairs_explain_a_failure_no_single_flaw_explains(monkeypatch: pytest.Mon
     # a crash (an exception's name, not an invariant's) with no message is never put down to a zoo flaw
     crash = {"violation": {"name": "GroupingError"}}
     monkeypatch.setattr(reports, "replay_report", lambda *a, **k: reports.ReplayOutcome(True, "reproduced", ""))
-    assert attribution.explain_report(crash)["flaws"] == [] and attribution.explain_report(report)["flaws"] == []
-    assert attribution.is_invariant_name("startup.too_loose") and not attribution.is_invariant_name("ConfigError")
+    assert explain.explain_report(crash)["flaws"] == [] and explain.explain_report(report)["flaws"] == []
+    assert explain.is_invariant_name("startup.too_loose") and not explain.is_invariant_name("ConfigError")
 
 
 def test_absorbed_flaws_absorb_a_failure_they_explain_together(attribution_mode) -> None:
     from kvverify.props.known import check_or_known
 
-    class Fake:
+    class Fake:  # a target without the fix options, as vLLM
         name = "fake"
+
+        def lacks(self, feature: object) -> str:
+            return "the fake target has no fix options"
 
     def check(t) -> list[Violation]:
         both = {"null_block_not_reserved", "mamba_align_zero_chunk"} <= flaws.active()
@@ -483,12 +566,12 @@ def test_absorbed_flaws_absorb_a_failure_they_explain_together(attribution_mode)
 
 
 def test_combined_labels_resolve_to_the_pair_of_flaws_found_alone() -> None:
-    pair = R.Defect("t::a", "v", "", "r.json", ["mamba_align_zero_chunk + null_block_not_reserved",
+    pair = Defect("t::a", "v", "", "r.json", ["mamba_align_zero_chunk + null_block_not_reserved",
                                                 "mamba_align_zero_chunk + override_ignored_in_check"])
-    alone = [R.Defect("t::b", "v", "", "r.json", ["null_block_not_reserved"]),
-             R.Defect("t::c", "v", "", "r.json", ["mamba_align_zero_chunk"])]
-    assert R.resolved_labels([pair, *alone])[0] == "mamba_align_zero_chunk + null_block_not_reserved"
-    assert R.resolved_labels([pair])[0] == pair.label  # nothing found alone: both candidates stay
+    alone = [Defect("t::b", "v", "", "r.json", ["null_block_not_reserved"]),
+             Defect("t::c", "v", "", "r.json", ["mamba_align_zero_chunk"])]
+    assert resolved_labels([pair, *alone])[0] == "mamba_align_zero_chunk + null_block_not_reserved"
+    assert resolved_labels([pair])[0] == pair.label  # nothing found alone: both candidates stay
 
 
 # ------------------------------------------------------------------ the nightly target axis
@@ -514,7 +597,7 @@ def test_nightly_fuzzes_reference_and_pin_nightly_and_older_releases_weekly() ->
                          env={**os.environ, "RELEASES": "all"}, timeout=60)
     import json
     older = json.loads(out.stdout.strip().removeprefix("releases="))
-    assert len(older) >= 9 and "0.33.0" not in older and older == sorted(older, key=R.version_key)
+    assert len(older) >= 9 and "0.33.0" not in older and older == sorted(older, key=version_key)
     ci = (REPO / ".ci" / "run").read_text()
     assert "--version" not in ci  # .ci/run keeps running the pin only
 
@@ -523,8 +606,8 @@ def test_run_release_keeps_the_old_result_until_the_new_one(monkeypatch: pytest.
     """While a release re-runs, its previous result.json stays (a page another run renders
     meanwhile keeps the row); its old reports and JUnit files are gone."""
     root = tmp_path / "rel"
-    old = _result("0.27.1", [R.Outcome("properties/test_a.py::t", "failed")], [])
-    R.write_result(old, root)
+    old = _result("0.27.1", [Outcome("properties/test_a.py::t", "failed")], [])
+    write_result(old, root)
     (root / "0.27.1" / "old-report.json").write_text("{}")
     (root / "0.27.1" / "pass2").mkdir()
     seen: list[bool] = []
@@ -537,31 +620,31 @@ def test_run_release_keeps_the_old_result_until_the_new_one(monkeypatch: pytest.
                                "</testsuite></testsuites>")
         return subprocess.CompletedProcess(cmd, 0)
 
-    monkeypatch.setattr(R.subprocess, "run", fake_pytest)
-    rv = R.ReleaseVenv("0.27.1", tmp_path / "v")
-    new = R.run_release(rv, tmp_path, root, workers=0, profile="ci", timeout=10, max_passes=3, replay_check=True)
+    monkeypatch.setattr(runs.subprocess, "run", fake_pytest)
+    rv = ReleaseVenv("0.27.1", tmp_path / "v")
+    new = runs.run_release(rv, tmp_path, root, workers=0, profile="ci", timeout=10, max_passes=3, replay_check=True)
     assert seen == [True] and new.passes == 1 and new.returncode == 0
-    assert R.load_results(root)[0].outcomes[0]["status"] == "passed"
+    assert load_results(root)[0].outcomes[0]["status"] == "passed"
 
 
 def test_a_failure_shows_its_own_reports_violation() -> None:
     """A test that found two failures has two reports: each row shows its report's violation."""
     inv = {"violation": {"name": "startup.too_loose", "reason": "passes", "evidence": {"num_blocks": 1}}}
     crash = {"violation": {"name": "ConfigError", "reason": "MLAAttentionSpec.x is invalid"}}
-    assert R.report_violation_line(inv) == "[startup.too_loose] passes (num_blocks=1)"
-    assert R.report_violation_line(crash) == "ConfigError: MLAAttentionSpec.x is invalid"
-    assert R.report_violation_line({}) == ""
-    assert R.Defect("t", R.report_violation_line(crash), "", "r.json", []).is_crash
-    assert not R.Defect("t", R.report_violation_line(inv), "", "r.json", []).is_crash
+    assert report_violation_line(inv) == "[startup.too_loose] passes (num_blocks=1)"
+    assert report_violation_line(crash) == "ConfigError: MLAAttentionSpec.x is invalid"
+    assert report_violation_line({}) == ""
+    assert Defect("t", report_violation_line(crash), "", "r.json", []).is_crash
+    assert not Defect("t", report_violation_line(inv), "", "r.json", []).is_crash
 
 
 def test_reattribute_leaves_a_release_whose_run_is_under_way(tmp_path: Path) -> None:
     root = tmp_path / "rel"
-    stored = _result("0.20.0", [], [R.Defect("t::a", "[a] x", "", "r.json", ["null_block_not_reserved"])])
-    R.write_result(stored, root)
+    stored = _result("0.20.0", [], [Defect("t::a", "[a] x", "", "r.json", ["null_block_not_reserved"])])
+    write_result(stored, root)
     before = (root / "0.20.0" / "result.json").read_text()
-    rv = R.ReleaseVenv("0.20.0", tmp_path / "v")
-    assert R.reattribute(rv, tmp_path, root, replay_check=True) is not None
+    rv = ReleaseVenv("0.20.0", tmp_path / "v")
+    assert runs.reattribute(rv, tmp_path, root, replay_check=True) is not None
     assert (root / "0.20.0" / "result.json").read_text() == before  # no JUnit yet: nothing rewritten
 
 
@@ -581,12 +664,12 @@ def test_a_crash_is_explained_only_by_the_same_error_on_the_reference(monkeypatc
             return reports.ReplayOutcome(True, "reproduced (different failure)", "", too_loose)
         return reports.ReplayOutcome(True, "reproduced (different failure)", "", stalled)
     monkeypatch.setattr(reports, "replay_report", fake_replay)
-    out = attribution.explain_report(crash)
+    out = explain.explain_report(crash)
     assert out["flaws"] == ["swa_cap_on_allocation"] and out["reference_reproduces"] is False
     other = {"violation": {"name": "ValueError", "reason": "Cannot get 2 free blocks from the pool"}}
-    assert attribution.explain_report(other)["flaws"] == []
-    assert attribution.same_crash("m", {"name": "KVVerifyError", "reason": "m"})
-    assert not attribution.same_crash("m", {"name": "startup.too_loose", "reason": "m"})
+    assert explain.explain_report(other)["flaws"] == []
+    assert explain.same_crash("m", {"name": "KVVerifyError", "reason": "m"})
+    assert not explain.same_crash("m", {"name": "startup.too_loose", "reason": "m"})
 
 
 def test_same_invariant_with_another_diagnosis_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -595,8 +678,8 @@ def test_same_invariant_with_another_diagnosis_is_explained(monkeypatch: pytest.
     from kvverify import reports
     hol = {"name": "admission.stall.head_of_line", "reason": "an admitted workload did not finish"}
     nop = {"name": "admission.stall.no_progress", "reason": "an admitted workload did not finish"}
-    assert attribution.same_invariant(hol, nop) and not attribution.same_invariant(hol, {**nop, "reason": "x"})
-    assert not attribution.same_invariant({"name": "startup.too_loose", "reason": "r"},
+    assert explain.same_invariant(hol, nop) and not explain.same_invariant(hol, {**nop, "reason": "x"})
+    assert not explain.same_invariant({"name": "startup.too_loose", "reason": "r"},
                                           {"name": "startup.needlessly_strict", "reason": "r"})  # two parts only
 
     def fake_replay(report, *, target, flaw_names, fix_names):
@@ -604,4 +687,4 @@ def test_same_invariant_with_another_diagnosis_is_explained(monkeypatch: pytest.
             return reports.ReplayOutcome(True, "reproduced (different failure)", "", nop)
         return reports.ReplayOutcome(False, "rejected", "")
     monkeypatch.setattr(reports, "replay_report", fake_replay)
-    assert attribution.explain_report({"violation": hol})["flaws"] == ["null_block_not_reserved"]
+    assert explain.explain_report({"violation": hol})["flaws"] == ["null_block_not_reserved"]

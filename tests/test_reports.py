@@ -83,7 +83,9 @@ def test_report_content(report_path: Path) -> None:
     trace = data["trace"]
     assert trace["requests"][0]["prompt_tokens"] == 511 and trace["outcome"]["stall_reason"] == "head_of_line"
     assert trace["rows"] == [[1, 0, 1, 31, 0]]
-    assert data["replay"]["command"] == f"kvverify replay {reports.display_path(report_path)}"
+    # relative paths only: outside the working directory, the bare name (run from the report's directory)
+    assert data["replay"]["command"] == f"kvverify replay {report_path.name}"
+    assert data["replay"]["run_from"] == "the report's directory"
     assert data["replay"]["pytest"].startswith("python -m pytest 'properties/test_startup.py::")
     md = report_path.with_suffix(".md").read_text()
     for text in (v["reason"], "kvverify replay", "## Evidence", "## Configuration", "## Layer specs",

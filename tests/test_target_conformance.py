@@ -3,19 +3,21 @@
 Like Hypothesis's ``run_conformance_test`` for backends: the same calls against the
 reference, the reference with each bug-zoo flaw on, a fake offering a subset of the
 capabilities, the vLLM adapter when vLLM is importable — and broken fakes, which the
-check must reject (so it is seen to fail).
+check must reject (so it is seen to fail): one per member of the contract, generated from
+the protocols, so a member added to ``kvverify/targets/base.py`` is not covered until the
+check calls it and judges what comes back.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
 from kvverify import flaws
-from kvverify.targets import Capability, Target, TargetUnsupported, get_target
+from kvverify.targets import Capability, Feature, Target, TargetUnsupported, get_target
 from kvverify.targets import base
-from kvverify.targets.conformance import check_target, probe_config, probe_specs
+from kvverify.targets.conformance import check_target, missing_members, probe_config, probe_specs
 from kvverify.targets.reference import ReferenceTarget
 
 
@@ -32,22 +34,49 @@ def test_flawed_reference_conforms(flaw: str) -> None:
 
 
 class PlannerOnly:
-    """A fake target: the reference's planner and block sizes, nothing else."""
+    """A fake target: the reference's planner and block sizes, nothing else (and a feature less)."""
 
     name = "planner-only"
+    version = "0.0.1"
     capabilities = frozenset({Capability.PLANNER, Capability.BLOCK_SIZES})
 
     def __init__(self) -> None:
         self._ref = ReferenceTarget()
 
-    def __getattr__(self, name: str) -> Any:
-        if name in base.capability_methods(Capability.PLANNER) + base.capability_methods(Capability.BLOCK_SIZES):
-            return getattr(self._ref, name)
-        raise AttributeError(name)
+    def lacks(self, feature: Feature) -> str | None:
+        return "planner-only: no alignment" if feature is Feature.CACHE_HIT_ALIGNMENT else None
+
+    def expects_finding(self, finding: str) -> bool:
+        return True
+
+    def finding_replay_masked(self, finding: str) -> str | None:
+        return None
+
+    def plan(self, *a: Any, **k: Any) -> Any:
+        return self._ref.plan(*a, **k)
+
+    def max_concurrency(self, plan: Any) -> float:
+        return self._ref.max_concurrency(plan)
+
+    def estimate_max_model_len(self, *a: Any) -> int:
+        return self._ref.estimate_max_model_len(*a)
+
+    def check_enough_kv_cache_memory(self, *a: Any) -> str | None:
+        return self._ref.check_enough_kv_cache_memory(*a)
+
+    def resolve_block_sizes(self, *a: Any) -> tuple[int, int]:
+        return self._ref.resolve_block_sizes(*a)
+
+    def coordinator_accepts(self, *a: Any) -> str | None:
+        return self._ref.coordinator_accepts(*a)
+
+    def resolve_cache_hit_alignment_tokens(self, *a: Any) -> int:
+        raise AssertionError("never called: the fake lacks Feature.CACHE_HIT_ALIGNMENT")
 
 
 def test_fake_with_a_capability_subset_conforms() -> None:
     assert check_target(PlannerOnly()) == []
+    assert missing_members(PlannerOnly(), base.RuntimeTarget) == ["kv_cache_manager", "admit_on_empty_pool"]
 
 
 def test_every_capability_has_methods_and_target_is_their_union() -> None:
@@ -56,12 +85,37 @@ def test_every_capability_has_methods_and_target_is_their_union() -> None:
     for cap in Capability:
         assert base.capability_methods(cap), cap
         union += base.capability_methods(cap)
-    assert len(union) == len(set(union))
+    assert len(union) == len(set(union)) and not set(union) & set(base.BASE_MEMBERS)
     calls = {"plan", "max_concurrency", "estimate_max_model_len", "check_enough_kv_cache_memory",
-             "resolve_block_sizes", "coordinator_accepts", "kv_cache_manager", "admit_on_empty_pool",
-             "scheduler", "run_workload", "connector_scheduler", "run_connector_workload"}
+             "resolve_block_sizes", "coordinator_accepts", "resolve_cache_hit_alignment_tokens",
+             "kv_cache_manager", "admit_on_empty_pool", "scheduler", "run_workload",
+             "connector_scheduler", "run_connector_workload"}
     assert set(union) == calls
-    assert all(callable(getattr(ReferenceTarget, m)) for m in union)
+    assert base.BASE_MEMBERS == ("name", "version", "capabilities", "lacks", "expects_finding",
+                                 "finding_replay_masked")
+    # Target is exactly the base and the capability sub-protocols (it declares nothing of its own)
+    assert set(Target.__bases__) - {Protocol} == {base.TargetBase, *base.CAPABILITY_PROTOCOLS.values()}
+    assert base.protocol_members(Target) == {}
+    assert all(missing_members(ReferenceTarget(), p) == [] for p in Target.__bases__)
+
+
+def test_the_reference_has_every_feature_and_every_finding() -> None:
+    ref = ReferenceTarget()
+    assert all(ref.lacks(f) is None and base.has(ref, f) for f in Feature)
+    assert ref.expects_finding("F3") and ref.finding_replay_masked("F2") is None
+    base.require(ref, Feature.FIX_OPTIONS)  # no skip
+
+
+def test_require_skips_with_the_targets_reason() -> None:
+    with pytest.raises(pytest.skip.Exception, match="planner-only: no alignment"):
+        base.require(PlannerOnly(), Feature.CACHE_HIT_ALIGNMENT)
+    assert not base.has(PlannerOnly(), Feature.CACHE_HIT_ALIGNMENT)
+
+
+def test_require_outside_pytest_raises_target_unsupported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTEST_CURRENT_TEST", raising=False)
+    with pytest.raises(TargetUnsupported, match="planner-only: no alignment"):
+        base.require(PlannerOnly(), Feature.CACHE_HIT_ALIGNMENT)
 
 
 def test_target_unsupported_is_exported() -> None:
@@ -131,6 +185,24 @@ class RefusalNotReported(_Broken):
 def test_broken_targets_are_rejected(fake: Any, expect: str) -> None:
     problems = check_target(fake)
     assert any(p.startswith(expect) for p in problems), problems
+
+
+_WRONG = object()  # of no type any member may return
+
+
+def _contract_members() -> list[tuple[str, str]]:
+    protos = [base.TargetBase, *base.CAPABILITY_PROTOCOLS.values()]
+    return [(name, kind) for proto in protos for name, kind in base.protocol_members(proto).items()]
+
+
+@pytest.mark.parametrize("member, kind", _contract_members(), ids=[m for m, _ in _contract_members()])
+def test_every_member_of_the_contract_is_checked(member: str, kind: str) -> None:
+    """The reference with one member answering nonsense (a method returning, an attribute
+    being, an object of no expected type) is rejected, with a problem naming the member."""
+    value: Any = (lambda self, *a, **k: _WRONG) if kind == "method" else _WRONG
+    broken = type(f"Broken_{member}", (ReferenceTarget,), {member: value})()
+    problems = check_target(broken)
+    assert any(p.startswith((f"{member}:", f"{member}(")) for p in problems), problems
 
 
 def test_probe_inputs_are_valid_for_the_reference() -> None:

@@ -31,7 +31,7 @@ from kvverify.reports.timeline import (
     render_timeline,
     rule_timeline_json,
 )
-from kvverify.steptrace import RuleTrace, StepRecorder, StepTrace
+from kvverify.reference.steptrace import RuleTrace, StepRecorder, StepTrace
 from kvverify.strategies import StartupCase
 from kvverify.targets import get_target
 

@@ -19,122 +19,17 @@ import pytest
 from kvverify.reference import specs as kv
 from kvverify.reference.grouping import KVCacheGroupSpec
 from kvverify.reference.planner import KVCacheConfig
-from kvverify.targets.vllm import compat
+from kvverify.targets.vllm import compat, findings
 from kvverify.targets.vllm.refusals import ReleaseLacks, TargetUnsupported, lacks
 from kvverify.targets.vllm.specs import Translator, shared_by_tensors, strided_from_shared_by
-
-
-# ---------------------------------------------------------------- fake releases
-
-def _module(name: str, **attrs) -> types.ModuleType:
-    mod = types.ModuleType(name)
-    for k, v in attrs.items():
-        setattr(mod, k, v)
-    return mod
-
-
-@dataclasses.dataclass
-class StridedTensor:
-    size: int
-    layers: list
-    layer_stride: int
-    block_stride: int
-    offset: int = 0
-
-
-@dataclasses.dataclass
-class SharedTensor:
-    size: int
-    shared_by: list
-
-
-def _new_release() -> dict[str, types.ModuleType | None]:
-    """The shapes of vLLM 0.33.0: planning module, global groups, strided tensors, resolver."""
-
-    def get_kv_cache_configs(vllm_config, kv_cache_specs, available_memory, global_kv_cache_groups): ...
-
-    def get_global_kv_cache_groups(vllm_config, kv_cache_specs): ...
-
-    def get_kv_cache_coordinator(kv_cache_config, max_model_len, max_in_flight_tokens, use_eagle, enable_caching,
-                                 enable_kv_cache_events, dcp_world_size, pcp_world_size, scheduler_block_size,
-                                 hash_block_size, metrics_collector=None): ...
-
-    def resolve_kv_cache_block_sizes(kv_cache_config, vllm_config): ...
-
-    def resolve_kv_cache_layout(vllm_config, layouts, specs): ...
-
-    class KVCacheCoordinator:
-        def get_num_blocks_to_allocate(self, request_id, num_tokens, new_computed_blocks, num_encoder_tokens,
-                                       total_computed_tokens, num_local_computed_tokens, num_tokens_main_model,
-                                       apply_admission_cap=False, prefill_end=0): ...
-
-    class KVCacheManager:
-        def __init__(self, kv_cache_config, max_model_len, scheduler_block_size, hash_block_size,
-                     max_in_flight_tokens=None, enable_caching=True, watermark=0.0): ...
-
-        def allocate_slots(self, request, num_new_tokens, num_new_computed_tokens=0, new_computed_blocks=None,
-                           full_sequence_must_fit=False, has_scheduled_reqs=True): ...
-
-    class Scheduler:
-        def __init__(self, vllm_config, kv_cache_config, structured_output_manager, block_size,
-                     hash_block_size=None, log_stats=False): ...
-
-    class SlidingWindowSpec:
-        def max_admission_blocks_per_request(self, max_in_flight_tokens, max_model_len): ...
-
-    return {
-        "vllm.v1.core.kv_cache_planning": _module("p", get_kv_cache_configs=get_kv_cache_configs,
-                                                  get_global_kv_cache_groups=get_global_kv_cache_groups),
-        "vllm.v1.core.kv_cache_config_builder": _module("b", get_kv_cache_config_builder=lambda vc: None),
-        "vllm.v1.core.kv_cache_utils": _module("u", resolve_kv_cache_block_sizes=resolve_kv_cache_block_sizes),
-        "vllm.v1.kv_cache_interface": _module("i", KVCacheTensor=StridedTensor, SlidingWindowSpec=SlidingWindowSpec),
-        "vllm.v1.attention.backends.utils": _module("a", resolve_kv_cache_layout=resolve_kv_cache_layout),
-        "vllm.v1.core.kv_cache_coordinator": _module("c", get_kv_cache_coordinator=get_kv_cache_coordinator,
-                                                     KVCacheCoordinator=KVCacheCoordinator),
-        "vllm.v1.core.kv_cache_manager": _module("m", KVCacheManager=KVCacheManager),
-        "vllm.v1.core.sched.scheduler": _module("s", Scheduler=Scheduler),
-        "vllm.v1.core.single_type_kv_cache_manager": _module("t", register_all_kvcache_specs=lambda vc: None),
-    }
-
-
-def _old_release() -> dict[str, types.ModuleType | None]:
-    """The shapes of vLLM 0.19.1: planner in kv_cache_utils (3 arguments), (size, shared_by)
-    tensors, no resolver, ``can_fit_full_sequence``, one block size."""
-
-    def get_kv_cache_configs(vllm_config, kv_cache_specs, available_memory): ...
-
-    def get_kv_cache_coordinator(kv_cache_config, max_model_len, use_eagle, enable_caching, enable_kv_cache_events,
-                                 dcp_world_size, pcp_world_size, hash_block_size, metrics_collector=None): ...
-
-    class KVCacheCoordinator:
-        def get_num_blocks_to_allocate(self, request_id, num_tokens, new_computed_blocks, num_encoder_tokens,
-                                       total_computed_tokens, num_tokens_main_model): ...
-
-    class KVCacheManager:
-        def __init__(self, kv_cache_config, max_model_len, hash_block_size, enable_caching=True): ...
-
-        def can_fit_full_sequence(self, request, num_new_computed_tokens=0, new_computed_blocks=None): ...
-
-        def allocate_slots(self, request, num_new_tokens, num_new_computed_tokens=0, new_computed_blocks=None): ...
-
-    class Scheduler:
-        def __init__(self, vllm_config, kv_cache_config, structured_output_manager, block_size, log_stats=False): ...
-
-    class SlidingWindowSpec:  # no admission cap: the startup bound is max_memory_usage_bytes alone
-        def max_memory_usage_bytes(self, vllm_config): ...
-
-    return {
-        "vllm.v1.core.kv_cache_planning": None,
-        "vllm.v1.core.kv_cache_config_builder": None,
-        "vllm.v1.core.kv_cache_utils": _module("u", get_kv_cache_configs=get_kv_cache_configs),
-        "vllm.v1.kv_cache_interface": _module("i", KVCacheTensor=SharedTensor, SlidingWindowSpec=SlidingWindowSpec),
-        "vllm.v1.attention.backends.utils": _module("a"),
-        "vllm.v1.core.kv_cache_coordinator": _module("c", get_kv_cache_coordinator=get_kv_cache_coordinator,
-                                                     KVCacheCoordinator=KVCacheCoordinator),
-        "vllm.v1.core.kv_cache_manager": _module("m", KVCacheManager=KVCacheManager),
-        "vllm.v1.core.sched.scheduler": _module("s", Scheduler=Scheduler),
-        "vllm.v1.core.single_type_kv_cache_manager": None,
-    }
+from vllm_fakes import SharedTensor
+from vllm_fakes import caps_on_allocation_release as _caps_on_allocation_release
+from vllm_fakes import fake_up as _fake_up
+from vllm_fakes import module as _module
+from vllm_fakes import new_release as _new_release
+from vllm_fakes import old_iface as _old_iface
+from vllm_fakes import old_release as _old_release
+from vllm_fakes import release_0_25 as _release_0_25
 
 
 # ------------------------------------------------------------------- detection
@@ -165,19 +60,6 @@ def test_detect_old_release() -> None:
     assert "resolve_kv_cache_block_sizes" in caps.lacking()["block_sizes"]
 
 
-def _caps_on_allocation_release() -> dict[str, types.ModuleType | None]:
-    """The shapes of vLLM 0.20.0's caps: the specs have ``max_admission_blocks_per_request``,
-    the coordinator's ``get_num_blocks_to_allocate`` no ``apply_admission_cap`` (the cap is
-    applied to every call, the per-step allocation included)."""
-    mods = _old_release()
-
-    class SlidingWindowSpec:
-        def max_admission_blocks_per_request(self, max_num_batched_tokens, max_model_len): ...
-
-    mods["vllm.v1.kv_cache_interface"] = _module("i", KVCacheTensor=SharedTensor, SlidingWindowSpec=SlidingWindowSpec)
-    return mods
-
-
 def test_detect_admission_caps_per_release() -> None:
     assert compat.detect("0.19.1", _old_release()).admission_caps == "none"
     assert compat.detect("0.20.0", _caps_on_allocation_release()).admission_caps == "on_allocation"
@@ -206,8 +88,147 @@ def test_detect_refuses_unknown_shapes() -> None:
 
 def test_resolve_names_says_what_is_missing() -> None:
     caps = compat.detect("0.19.1", _old_release())
-    with pytest.raises(compat.DriftError, match="not found where the adapter looks: .*CacheConfig"):
+    with pytest.raises(compat.DriftError, match="not found where the adapter looks: .*SchedulerConfig"):
         compat.resolve_names(caps, _old_release())
+
+
+# ------------------------------------------------- every probe, named, both ways
+
+def _yes_no_probes() -> list[str]:
+    """Compat's yes / no capabilities (``bool`` fields)."""
+    return [f.name for f in dataclasses.fields(compat.Compat) if f.type == "bool"]
+
+
+def test_every_yes_no_probe_reads_both_ways_on_the_fakes() -> None:
+    """Each probe is seen to answer yes (the 0.33-like fake) and no (the 0.19-like one): none is
+    a constant, none reads the version."""
+    new, old = compat.detect("0.33.0", _new_release()), compat.detect("0.33.0", _old_release())
+    probes = _yes_no_probes()
+    assert len(probes) >= 20, probes
+    assert [p for p in probes if getattr(new, p) is not True] == []
+    assert [p for p in probes if getattr(old, p) is not False] == []
+
+
+def test_multi_valued_probes_per_release() -> None:
+    new, old = compat.detect("0.33.0", _new_release()), compat.detect("0.19.1", _old_release())
+    assert new.check_helpers == ("_check_enough_kv_cache_memory", "_auto_fit_max_model_len")
+    assert old.check_helpers == ("check_enough_kv_cache_memory",)  # <= 0.32: the public one, called inside
+    assert new.capacity_helpers == {"estimate_max_model_len", "check_enough_kv_cache_memory"}
+    assert old.capacity_helpers == {"check_enough_kv_cache_memory"}
+    assert (new.pool_bytes, old.pool_bytes) == ("builder", "page_times_layers")
+    assert compat.detect("0.25.0", _release_0_25()).pool_bytes == "vllm_config"
+    assert set(new.spec_fields) == {"KVCacheSpec", "SlidingWindowSpec", "UniformTypeKVCacheSpecs"}
+    assert "prefix_cacheable" in new.spec_attrs["SlidingWindowSpec"]
+    assert "prefix_cacheable" not in old.spec_attrs["SlidingWindowSpec"]
+    assert new.coordinator_block_sizes and not old.coordinator_block_sizes
+    # the waiting queue drained first: 0.31+ block holders, 0.27 - 0.29 every skipped request
+    assert new.waiting_queues() == ("kv_holding_waiting", "waiting") and old.waiting_queues() == ("", "waiting")
+    mods = _old_release()
+
+    class Scheduler:
+        def __init__(self) -> None:
+            self.skipped_waiting: list = []
+
+    mods["vllm.v1.core.sched.scheduler"] = _module("s", Scheduler=Scheduler)
+    assert compat.detect("0.28.0", mods).waiting_queues() == ("skipped_waiting", "waiting")
+
+
+def test_every_symbol_the_release_lacks_is_named_with_its_module() -> None:
+    """``Compat.absent``: where a later DriftError will name what an unknown release lacks."""
+    new, old = compat.detect("0.33.0", _new_release()), compat.detect("0.19.1", _old_release())
+    lacking = {"vllm.v1.core.kv_cache_utils.resolve_kv_cache_block_sizes",
+               "vllm.v1.core.kv_cache_utils.resolve_cache_hit_alignment_tokens",
+               "vllm.v1.core.sched.scheduler.Scheduler.kv_holding_waiting",
+               "vllm.v1.kv_cache_interface.KVCacheSpec.prefix_cacheable",
+               "vllm.config.VllmConfig.num_lookahead_tokens",
+               "vllm.v1.core.kv_cache_config_builder"}
+    assert lacking <= old.absent
+    assert not lacking & new.absent
+
+
+def test_instance_attributes_are_read_off_the_class_code() -> None:
+    class Pool:
+        def __init__(self) -> None:
+            self.set_here = 1
+            self.helper()
+
+        def helper(self) -> None:
+            self.set_in_a_helper = [x for x in ()]
+
+        @property
+        def read_in_a_property(self) -> int:
+            return self.other
+
+    names = compat.class_code_names(Pool)
+    assert {"set_here", "set_in_a_helper", "other"} <= names and "never_named" not in names
+
+
+def test_upstream_holds_every_name_the_adapter_resolves() -> None:
+    from kvverify.targets.vllm.env import Upstream
+
+    class Anything(types.ModuleType):
+        def __getattr__(self, name: str) -> object:
+            return object()
+
+    caps = compat.detect("0.33.0", _new_release())
+    ns = compat.resolve_names(caps, {name: Anything(name) for name in compat.MODULES})
+    own = {"torch", "vllm", "compat", "default_layouts", "hash_fns", "memory_rules"}
+    assert set(ns) == {f.name for f in dataclasses.fields(Upstream)} - own
+
+
+def test_adapter_asks_compat_for_the_startup_check_helpers_and_pages() -> None:
+    from kvverify.targets.vllm.planner import group_blocks, startup_checks_disabled
+
+    calls: list[str] = []
+    planning = _module("p", _check_enough_kv_cache_memory=lambda *a: calls.append("check"),
+                       check_enough_kv_cache_memory=lambda *a: calls.append("public"))
+    caps = dataclasses.replace(compat.detect("0.33.0", _new_release()), check_helpers=("_check_enough_kv_cache_memory",))
+    up = SimpleNamespace(planning=planning, compat=caps)
+    with startup_checks_disabled(up):  # type: ignore[arg-type]
+        planning._check_enough_kv_cache_memory()
+        planning.check_enough_kv_cache_memory()
+    planning._check_enough_kv_cache_memory()
+    assert calls == ["public", "check"]  # neutralised inside, restored after; the public one untouched
+
+    class Uniform:
+        page_size_bytes = 10
+
+        def max_memory_usage_pages(self, vc: object) -> int:
+            return 3
+
+        def max_memory_usage_bytes(self, vc: object) -> int:
+            return 45
+
+    up = SimpleNamespace(iface=SimpleNamespace(UniformTypeKVCacheSpecs=Uniform), compat=caps)
+    assert group_blocks(Uniform(), None, up) == 3  # type: ignore[arg-type]
+    up.compat = dataclasses.replace(caps, uniform_pages=False)
+    assert group_blocks(Uniform(), None, up) == 5  # type: ignore[arg-type]  # cdiv(45, 10)
+
+
+def test_retention_knob_passed_only_where_the_release_has_it() -> None:
+    from kvverify.reference.config import VllmConfig
+    from kvverify.targets.vllm.knobs import apply_kv_cache_config_knobs, cache_config_kwargs
+
+    new, old = compat.detect("0.33.0", _new_release()), compat.detect("0.19.1", _old_release())
+    config = VllmConfig(prefix_cache_retention_interval=None)
+    assert cache_config_kwargs(new, config) == {"prefix_cache_retention_interval": None}
+    assert cache_config_kwargs(old, config) == {}
+    cfg = SimpleNamespace(num_blocks=4)
+    assert apply_kv_cache_config_knobs(new, cfg, config).prefix_cache_retention_interval is None
+    assert not hasattr(apply_kv_cache_config_knobs(old, SimpleNamespace(), config), "prefix_cache_retention_interval")
+
+
+def test_cached_entries_read_the_pool_shape_the_release_has() -> None:
+    from kvverify.targets.vllm.runtime import BlockPoolView
+
+    block = SimpleNamespace(block_id=3, block_hash="h1")
+    new, old = compat.detect("0.33.0", _new_release()), compat.detect("0.19.1", _old_release())
+    pool = SimpleNamespace(cached_block_hash_to_block=SimpleNamespace(_cache={"h1": {3: block}}),
+                           cached_block_hashes_by_block={3: {"h2"}})
+    (key, view), = BlockPoolView(pool, new).cached_entries()
+    assert key == "h1" and view.block_hash == "h2" and view.block_hash == "h1"  # filed under both keys
+    (key, view), = BlockPoolView(SimpleNamespace(cached_block_hash_to_block={"h1": block}), old).cached_entries()
+    assert key == "h1" and view.block_hash == "h1"
 
 
 # ------------------------------------------------------------------ keyword fit
@@ -258,30 +279,30 @@ def test_unreadable_version_is_refused() -> None:
 def test_findings_follow_capabilities() -> None:
     new = compat.detect("0.33.0", _new_release())
     old = compat.detect("0.19.1", _old_release())
-    reserving = compat.CheckRules(override_counted=True, reserves_null_block=True)
-    loose = compat.CheckRules(override_counted=True, reserves_null_block=False)
-    assert all(compat.finding_expected(f, new, reserving) for f in compat.FINDING_CAPABILITY)
+    reserving = findings.CheckRules(override_counted=True, reserves_null_block=True)
+    loose = findings.CheckRules(override_counted=True, reserves_null_block=False)
+    assert all(findings.finding_expected(f, new, reserving) for f in findings.FINDING_CAPABILITY)
     on_alloc = compat.detect("0.20.0", _caps_on_allocation_release())
     # no admission caps: no F2 (the gate charges the full sequence); F4 stays (the SWA startup
     # bound ignores lookahead as the caps do); F1 (concurrency) everywhere
-    assert not compat.finding_expected("F2", old, loose) and compat.finding_expected("F4", old, loose)
-    assert compat.finding_expected("F2", on_alloc, loose) and compat.finding_expected("F4", on_alloc, loose)
-    assert compat.finding_expected("F1", old, loose)
+    assert not findings.finding_expected("F2", old, loose) and findings.finding_expected("F4", old, loose)
+    assert findings.finding_expected("F2", on_alloc, loose) and findings.finding_expected("F4", on_alloc, loose)
+    assert findings.finding_expected("F1", old, loose)
     # a check that counts the null block as usable: no F3, no F6-estimate, F6-check stays
-    assert not compat.finding_expected("F3", new, loose)
-    assert not compat.finding_expected("F6-estimate", new, loose)
-    assert compat.finding_expected("F6-check", new, loose) and compat.finding_expected("F6", new, loose)
-    assert compat.finding_expected("F99", old, loose)  # unknown findings stay strict
+    assert not findings.finding_expected("F3", new, loose)
+    assert not findings.finding_expected("F6-estimate", new, loose)
+    assert findings.finding_expected("F6-check", new, loose) and findings.finding_expected("F6", new, loose)
+    assert findings.finding_expected("F99", old, loose)  # unknown findings stay strict
 
 
 def test_cap_findings_masked_where_the_cap_clamps_the_allocation() -> None:
     on_alloc = compat.detect("0.20.0", _caps_on_allocation_release())
     for finding in ("F2", "F4"):
-        why = compat.finding_replay_masked(finding, on_alloc)
+        why = findings.finding_replay_masked(finding, on_alloc)
         assert why is not None and "swa_cap_on_allocation" in why and "#39866" in why
-        assert compat.finding_replay_masked(finding, compat.detect("0.33.0", _new_release())) is None
-        assert compat.finding_replay_masked(finding, compat.detect("0.19.1", _old_release())) is None
-    assert compat.finding_replay_masked("F1", on_alloc) is None
+        assert findings.finding_replay_masked(finding, compat.detect("0.33.0", _new_release())) is None
+        assert findings.finding_replay_masked(finding, compat.detect("0.19.1", _old_release())) is None
+    assert findings.finding_replay_masked("F1", on_alloc) is None
 
 
 def test_known_failures_name_their_finding() -> None:
@@ -326,24 +347,6 @@ def test_reference_plans_translate_to_shared_by() -> None:
 
 
 # ----------------------------------------------------------- spec field drift
-
-def _fake_up(iface: types.ModuleType) -> SimpleNamespace:
-    torch = SimpleNamespace(bfloat16="torch.bfloat16", float32="torch.float32", float16="torch.float16")
-    return SimpleNamespace(iface=iface, torch=torch, compat=SimpleNamespace(version="0.27.1"))
-
-
-def _old_iface() -> types.ModuleType:
-    @dataclasses.dataclass(frozen=True)
-    class SlidingWindowSpec:  # no extra_retained_tokens, no head_size_v
-        block_size: int
-        num_kv_heads: int
-        head_size: int
-        dtype: str
-        sliding_window: int
-        page_size_padded: int | None = None
-
-    return _module("i", SlidingWindowSpec=SlidingWindowSpec)
-
 
 def test_a_field_the_release_lacks_is_dropped_when_it_means_nothing() -> None:
     tr = Translator(_fake_up(_old_iface()))
@@ -446,33 +449,6 @@ def test_cpu_platform_left_alone_where_detection_works(monkeypatch: pytest.Monke
 
 # ------------------------------------- in-flight window keyword, pool bytes signature
 
-def _release_0_25() -> dict[str, types.ModuleType | None]:
-    """0.20 - 0.25 shapes: the coordinator / manager window is ``max_num_batched_tokens``,
-    ``_pool_bytes_per_block(vllm_config, groups)`` in the planner module."""
-    mods = _old_release()
-
-    def get_kv_cache_configs(vllm_config, kv_cache_specs, available_memory): ...
-
-    def _pool_bytes_per_block(vllm_config, kv_cache_groups): ...
-
-    def get_kv_cache_coordinator(kv_cache_config, max_model_len, max_num_batched_tokens, use_eagle, enable_caching,
-                                 enable_kv_cache_events, dcp_world_size, pcp_world_size, scheduler_block_size,
-                                 hash_block_size, metrics_collector=None): ...
-
-    class KVCacheManager:
-        def __init__(self, kv_cache_config, max_model_len, scheduler_block_size, hash_block_size,
-                     max_num_batched_tokens=None, enable_caching=True): ...
-
-        def allocate_slots(self, request, num_new_tokens, full_sequence_must_fit=False): ...
-
-    mods["vllm.v1.core.kv_cache_utils"] = _module("u", get_kv_cache_configs=get_kv_cache_configs,
-                                                  _pool_bytes_per_block=_pool_bytes_per_block,
-                                                  resolve_kv_cache_block_sizes=lambda c, vc: (16, 16))
-    mods["vllm.v1.core.kv_cache_coordinator"] = _module("c", get_kv_cache_coordinator=get_kv_cache_coordinator)
-    mods["vllm.v1.core.kv_cache_manager"] = _module("m", KVCacheManager=KVCacheManager)
-    return mods
-
-
 def test_in_flight_window_keyword_per_release() -> None:
     assert compat.detect("0.33.0", _new_release()).in_flight_param("get_kv_cache_coordinator") == "max_in_flight_tokens"
     assert compat.detect("0.33.0", _new_release()).in_flight_param("KVCacheManager") == "max_in_flight_tokens"
@@ -519,7 +495,7 @@ def test_pool_bytes_per_block_called_with_the_release_signature(with_config: boo
 
 
 def test_model_config_stand_in_has_what_the_schedulers_read() -> None:
-    """Attributes the Schedulers of 0.19.1 … 0.33.0 read off ``vllm_config.model_config``
+    """Attributes the Schedulers of every supported release read off ``vllm_config.model_config``
     (measured by grepping each release's ``v1/core``); 0.29.0 added ``uses_xdrope``."""
     from kvverify.targets.vllm.config import _model_config_stand_in
     mc = _model_config_stand_in(16, 16)
@@ -583,7 +559,7 @@ def test_a_failure_of_a_findings_property_is_attributed_with_the_finding_fixed(
     override; the faithful reference fails it too (it has F3). The replays are repeated with
     F3's fix on, and the flaw that then reproduces names the release's defect."""
     from kvverify import reports
-    from kvverify.props import attribution
+    from kvverify.releases import explain as attribution
 
     def fake_replay(report, *, target, flaw_names, fix_names):
         has_f3 = "check_plans_computed_tokens" not in fix_names

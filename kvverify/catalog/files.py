@@ -18,14 +18,16 @@ from kvverify.catalog.layout import (
     CatalogError,
     MambaLayout,
     ModelLayout,
+    MultimodalLayout,
 )
+from kvverify.catalog.lengths import length_config
 from kvverify.errors import MAX_TOKENS, ConfigError, require_int
 from kvverify.reference.dtypes import DTYPE_BYTES
 
 _TOP_KEYS = ("$schema", "schema_version", "name", "hf_id", "source", "notes", "illustrative",
              "num_layers", "layers", "dtype", "num_kv_heads", "head_dim", "sliding_window",
              "attention_chunk_size", "kv_lora_rank", "qk_rope_head_dim", "mamba",
-             "max_position_embeddings")
+             "max_position_embeddings", "hf_config", "multimodal", "non_causal_attention")
 _MAMBA_KEYS = ("type", "d_inner", "d_state", "d_conv", "n_groups", "num_heads", "head_dim",
                "num_key_heads", "num_value_heads", "key_head_dim", "value_head_dim",
                "conv_kernel", "ssm_dtype")
@@ -135,9 +137,50 @@ def layout_from_dict(data: Mapping[str, Any], source: str | None = None) -> Mode
         notes=_opt_str(data, "notes", source) or "",
         hf_id=_opt_str(data, "hf_id", source),
     )
+    fields["length_config"] = _length_config(data, fields["max_position_embeddings"], source)
+    if data.get("hf_config") is not None:
+        fields["hf_config"] = json.dumps(data["hf_config"], sort_keys=True)
+    if data.get("multimodal") is not None:
+        fields["multimodal"] = _multimodal(data["multimodal"], source)
+    if data.get("non_causal_attention") is not None:
+        if not isinstance(data["non_causal_attention"], bool):
+            raise _err("non_causal_attention", data["non_causal_attention"], "must be true or false", source)
+        fields["non_causal_attention"] = data["non_causal_attention"]
     try:
         return ModelLayout(name=name, layer_kinds=layer_kinds, dtype=dtype, mamba=mamba,
                            illustrative=tuple(illustrative), **fields)
+    except ConfigError as e:
+        raise _reraise(e, source) from None
+
+
+def _length_config(data: Mapping[str, Any], max_pos: int | None, source: str | None) -> Any:
+    """``hf_config``: the public ``config.json``'s length-relevant keys (model type, RoPE
+    scaling...), read as vLLM reads them; its ``max_position_embeddings`` must be the file's."""
+    hf = data.get("hf_config")
+    if hf is None:
+        return None
+    if not isinstance(hf, Mapping):
+        raise _err("hf_config", hf, "must be an object of config.json keys", source)
+    if "max_position_embeddings" in hf and hf["max_position_embeddings"] != max_pos:
+        raise _err("hf_config.max_position_embeddings", hf["max_position_embeddings"],
+                   f"must equal max_position_embeddings ({max_pos})", source)
+    merged = dict(hf)
+    if max_pos is not None:
+        merged["max_position_embeddings"] = max_pos
+    return length_config(merged, source or "catalog file")
+
+
+def _multimodal(data: object, source: str | None) -> MultimodalLayout:
+    if not isinstance(data, Mapping) or set(data) - {"max_tokens_per_item", "mm_prefix_lm"}:
+        raise _err("multimodal", data, 'must be {"max_tokens_per_item": {modality: tokens}, "mm_prefix_lm": bool}',
+                   source)
+    items = data.get("max_tokens_per_item")
+    if not isinstance(items, Mapping):
+        raise _err("multimodal.max_tokens_per_item", items, "must map each modality to its largest item's "
+                   "encoder tokens", source)
+    try:
+        return MultimodalLayout(tuple(items.items()), bool(data.get("mm_prefix_lm", False))
+                                if isinstance(data.get("mm_prefix_lm", False), bool) else data["mm_prefix_lm"])
     except ConfigError as e:
         raise _reraise(e, source) from None
 

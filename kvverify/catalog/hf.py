@@ -16,7 +16,9 @@ from kvverify.catalog.layout import (
     CatalogError,
     MambaLayout,
     ModelLayout,
+    MultimodalLayout,
 )
+from kvverify.catalog.lengths import length_config
 from kvverify.errors import MAX_TOKENS, ConfigError, require_int
 
 _HF_DTYPES = {
@@ -97,7 +99,7 @@ def read_hf_config(config: str | Path | Mapping[str, Any], *, name: str | None =
     dtype = "bfloat16"
     if dtype_key is not None:
         raw = cfg[dtype_key]
-        norm = raw.lower().removeprefix("torch.") if isinstance(raw, str) else raw
+        norm = raw.lower().removeprefix("torch.") if isinstance(raw, str) else None
         if norm not in _HF_DTYPES:
             raise _err(dtype_key, raw, f"unsupported model dtype; allowed: {', '.join(sorted(_HF_DTYPES))}",
                        source)
@@ -139,6 +141,8 @@ def read_hf_config(config: str | Path | Mapping[str, Any], *, name: str | None =
             head_dim = hidden // heads
     mamba = _hf_mamba(cfg, model_type, source) if "mamba" in present else None
     max_pos = _hf_int(cfg, "max_position_embeddings", source)
+    lengths = length_config(cfg, source)
+    multimodal = _hf_multimodal(data if isinstance(data, Mapping) else {}, cfg, source)
     if name is None:
         raw_name = cfg.get("_name_or_path") or model_type or "hf-model"
         name = re.sub(r"[^A-Za-z0-9._-]+", "-", str(raw_name).strip("/").split("/")[-1]) or "hf-model"
@@ -151,10 +155,30 @@ def read_hf_config(config: str | Path | Mapping[str, Any], *, name: str | None =
             attention_chunk_size=chunk if "chunked" in present else None,
             kv_lora_rank=kv_lora_rank if "mla" in present else None,
             qk_rope_head_dim=qk_rope if "mla" in present else None,
-            mamba=mamba, max_position_embeddings=max_pos, source=source,
+            mamba=mamba, max_position_embeddings=max_pos, source=source, length_config=lengths, multimodal=multimodal,
+            non_causal_attention=model_type in _NON_CAUSAL_MODEL_TYPES,
             hf_id=cfg.get("_name_or_path") if isinstance(cfg.get("_name_or_path"), str) else None)
     except ConfigError as e:
         raise _reraise(e, source) from None
+
+
+#: model types whose attention vLLM 0.33.0 runs as prefix LM (``PrefillPrefixLMAttention``: a
+#: ``non_causal`` KV cache spec; ``vllm/model_executor/models/hrm_text.py``)
+_NON_CAUSAL_MODEL_TYPES = ("hrm_text",)
+#: model types whose image items vLLM's processor sizes from the config's ``mm_tokens_per_image``
+#: (Gemma 3 without pan-and-scan), and that attend to them bidirectionally (``MM_PREFIX_LM_MODELS``)
+_MM_TOKENS_PER_IMAGE_TYPES = {"gemma3": True, "paligemma": True}
+
+
+def _hf_multimodal(outer: Mapping[str, Any], cfg: Mapping[str, Any], source: str) -> MultimodalLayout | None:
+    """The largest encoder item of the multimodal configs kvverify can size (else ``None``)."""
+    model_type = outer.get("model_type")
+    if outer.get("vision_config") is None or model_type not in _MM_TOKENS_PER_IMAGE_TYPES:
+        return None
+    tokens = _hf_int(dict(outer), "mm_tokens_per_image", source)
+    if tokens is None:
+        return None
+    return MultimodalLayout((("image", tokens),), mm_prefix_lm=_MM_TOKENS_PER_IMAGE_TYPES[str(model_type)])
 
 
 def _hf_layer_kinds(cfg: Mapping[str, Any], model_type: str, n: int, attention_kind: str,

@@ -4,11 +4,13 @@ registry (:mod:`kvverify.reference.kinds`: each kind's ``layout_name`` and alias
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kvverify.catalog.lengths import LengthConfig
 from kvverify.errors import MAX_TOKENS, ConfigError, KVVerifyError, require_int
 from kvverify.reference import kinds
 from kvverify.reference.dtypes import get_dtype_size
@@ -127,6 +129,38 @@ class MambaLayout:
         return out
 
 
+# --- multimodal inputs ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MultimodalLayout:
+    """A multimodal model's encoder inputs, as vLLM's processor profiles them: the largest item
+    per modality in encoder embeddings (``get_mm_max_tokens_per_item`` with default processor
+    kwargs) and whether the model attends to them bidirectionally (``is_mm_prefix_lm``: vLLM
+    then forces ``disable_chunked_mm_input`` on CUDA)."""
+
+    max_tokens_per_item: tuple[tuple[str, int], ...]
+    mm_prefix_lm: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.max_tokens_per_item:
+            raise ConfigError("multimodal.max_tokens_per_item", {}, "must name at least one modality")
+        for modality, tokens in self.max_tokens_per_item:
+            if not isinstance(modality, str) or not modality:
+                raise ConfigError("multimodal.max_tokens_per_item", modality, "modality names must be strings")
+            require_int(f"multimodal.max_tokens_per_item.{modality}", tokens, minimum=1, maximum=MAX_TOKENS)
+        if not isinstance(self.mm_prefix_lm, bool):
+            raise ConfigError("multimodal.mm_prefix_lm", self.mm_prefix_lm, "must be true or false")
+
+    @property
+    def largest_item(self) -> tuple[str, int]:
+        """``(modality, tokens)`` of the largest item (upstream ``max(mm_max_toks_per_item.values())``)."""
+        return max(self.max_tokens_per_item, key=lambda kv: kv[1])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_tokens_per_item": dict(self.max_tokens_per_item), "mm_prefix_lm": self.mm_prefix_lm}
+
+
 # --- the layout ---------------------------------------------------------------------
 
 
@@ -156,6 +190,17 @@ class ModelLayout:
     notes: str = ""
     hf_id: str | None = None
     illustrative: tuple[str, ...] = field(default=())
+    #: what vLLM's ``_get_and_verify_max_len`` reads (:mod:`kvverify.catalog.lengths`); ``None``:
+    #: only ``max_position_embeddings`` is known
+    length_config: LengthConfig | None = None
+    #: the catalog file's ``hf_config`` section (canonical JSON): the public ``config.json``'s
+    #: model type and length keys, which the vLLM differential feeds to vLLM's own config loader
+    hf_config: str | None = None
+    #: encoder inputs of a multimodal model (``None``: text only, or not known)
+    multimodal: MultimodalLayout | None = None
+    #: some attention layer runs non-causally (prefix LM: upstream tags its KV cache spec
+    #: ``non_causal``, and the engine core then turns chunked prefill off, late)
+    non_causal_attention: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
@@ -211,6 +256,14 @@ class ModelLayout:
     @property
     def num_layers(self) -> int:
         return len(self.layer_kinds)
+
+    def lengths(self) -> LengthConfig:
+        """The length-relevant config (only ``max_position_embeddings`` when nothing else is known)."""
+        if self.length_config is not None:
+            return self.length_config
+        keys = (("max_position_embeddings", self.max_position_embeddings),) \
+            if self.max_position_embeddings is not None else ()
+        return LengthConfig(keys=keys)
 
     def kind_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -336,5 +389,11 @@ class ModelLayout:
         if self.mamba is not None:
             out["mamba"] = self.mamba.to_dict()
         out["max_position_embeddings"] = self.max_position_embeddings
+        if self.hf_config is not None:
+            out["hf_config"] = json.loads(self.hf_config)
+        if self.multimodal is not None:
+            out["multimodal"] = self.multimodal.to_dict()
+        if self.non_causal_attention:
+            out["non_causal_attention"] = True
         return out
 

@@ -49,29 +49,45 @@ def _zoo_module() -> Any:
 
 
 def cmd_zoo(args: argparse.Namespace) -> int:
-    from kvverify import flaws
+    from kvverify import engines
 
+    engine = getattr(args, "engine", "all")
+    catalog = {n: f for e in engines.ENGINES.values() if engine in ("all", e.name)
+               for n, f in e.flaw_catalog.items()}
     if args.list:
         if args.json:
-            print(json.dumps([dataclasses.asdict(f) for f in flaws.CATALOG.values()], indent=2))
+            print(json.dumps([{**dataclasses.asdict(f), "engine": engines.engine_of_flaw(f.name).name}
+                              for f in catalog.values()], indent=2))
             return EXIT_OK
         from rich.table import Table
         t = Table(title="kvverify bug zoo: the catalogued flaws", title_justify="left")
-        for col in ("flaw", "upstream", "symptom", "caught by"):
+        for col in ("flaw", "engine", "upstream", "symptom", "caught by"):
             t.add_column(col, overflow="fold")
-        for f in flaws.CATALOG.values():
-            t.add_row(f.name, f.upstream, f.symptom, f.property_name)
+        for f in catalog.values():
+            t.add_row(f.name, engines.engine_of_flaw(f.name).title, f.upstream, f.symptom, f.property_name)
         make_console().print(t)
         return EXIT_OK
+    if (args.record or args.markdown) and (args.names or engine != "all"):
+        raise KVVerifyError("--record and --markdown run every engine's every flaw: name none, no --engine")
     zoo = _zoo_module()
-    results = zoo.run_zoo(args.names or None)
+    if args.record or args.markdown:  # README's tables: one per engine, from one record
+        results = zoo.run_zoo()
+        from kvverify import zoo_record  # after the run: a module loaded before it would move its counts
+        data = zoo_record.record(results)
+        if args.markdown:
+            print("\n\n".join(zoo_record.render(data, e) for e in engines.ENGINES))
+        if args.record:
+            path, readme = zoo_record.write(data, zoo_record.repo_root())
+            make_console(stderr=True).print(f"wrote {path} and README.md's bug-zoo tables ({readme})")
+        return EXIT_OK if all(r.caught for r in results) else EXIT_FAIL
+    results = zoo.run_zoo(args.names or list(catalog))
     if args.json:
         print(json.dumps([_zoo_json(r) for r in results], indent=2))
     else:
         make_console().print(zoo.zoo_table(results))
         escaped = [r.flaw for r in results if not r.caught]
         make_console().print(f"{len(results) - len(escaped)}/{len(results)} flaws caught"
-                         + (f"; [bold red]ESCAPED: {', '.join(escaped)}[/bold red]" if escaped else "."))
+                             + (f"; [bold red]ESCAPED: {', '.join(escaped)}[/bold red]" if escaped else "."))
     return EXIT_OK if all(r.caught for r in results) else EXIT_FAIL
 
 
@@ -190,7 +206,7 @@ def cmd_default(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     r = run_check(catalog.load_model(DEFAULT_MODEL), kv_cache_memory_bytes=DEFAULT_MEMORY)
     print_check(r, console)
-    steps.append(("check", r["starts"] and r["servable"], r["verdict"].split(" (")[0],
+    steps.append(("check", r["exit_code"] == 0, r["verdict"].split(" (")[0],
                   time.perf_counter() - t0))
 
     console.rule("[bold]2/4 prove[/bold]: the Z3 boundary lemmas")
@@ -251,7 +267,7 @@ def add_prove_parser(sub: Any, flaw_choices: list[str]) -> argparse.ArgumentPars
 
 def add_zoo_parser(sub: Any, flaw_choices: list[str]) -> argparse.ArgumentParser:
     """Register ``zoo`` on the ``kvverify`` subparsers."""
-    z = sub.add_parser("zoo", formatter_class=Formatter, help="re-introduce every catalogued vLLM defect and "
+    z = sub.add_parser("zoo", formatter_class=Formatter, help="re-introduce every catalogued engine defect and "
                        "show the suite catches it",
                        description="For each bug-zoo flaw: switch it on, run the property that must catch "
                        "it from a cold start, report examples, seconds and the shrunk counterexample. "
@@ -259,6 +275,13 @@ def add_zoo_parser(sub: Any, flaw_choices: list[str]) -> argparse.ArgumentParser
     z.add_argument("names", nargs="*", metavar="FLAW", help="flaws to run (default: all)")
     z.add_argument("--list", action="store_true", help="list the flaws without running them")
     z.add_argument("--json", action="store_true", help="print a JSON list")
+    z.add_argument("--markdown", action="store_true", help="print README's bug-zoo tables (Markdown) of this run")
+    z.add_argument("--record", action="store_true",
+                   help="record this run in docs/zoo.json and regenerate README's bug-zoo tables from it")
+    from kvverify.engines import ENGINES
+    z.add_argument("--engine", choices=("all", *ENGINES), default="all",
+                   help="only this engine's zoo (kvverify/engines.py: vLLM's kvverify/flaws.py, SGLang's "
+                        "kvverify/sglang/flaws.py)")
     z.set_defaults(func=cmd_zoo)
     return z
 

@@ -1,4 +1,5 @@
-"""Shared pieces of the command line: byte sizes, argument types, consoles, exit codes."""
+"""Shared pieces of the command line: byte sizes, argument types, consoles, exit codes, the
+flaw switches, the model loader both engines' checks use."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ _VLLM_LETTERS = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
 _SIZE_RE = re.compile(r"^\s*(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<unit>[A-Za-z]*)\s*$")
 
 
-def parse_bytes(text: str, field: str = "bytes") -> int:
-    """``20GiB``, ``512MiB``, ``1.5GiB``, ``20GB``, ``20G`` (vLLM style) or plain bytes -> int > 0."""
+def parse_bytes(text: str, field: str = "bytes", minimum: int = 1) -> int:
+    """``20GiB``, ``512MiB``, ``1.5GiB``, ``20GB``, ``20G`` (vLLM style) or plain bytes -> int >= ``minimum``."""
     m = _SIZE_RE.match(str(text))
     if not m:
         raise ConfigError(field, text, "must be a byte count, optionally with a unit: B, KiB, MiB, GiB, "
@@ -40,8 +41,9 @@ def parse_bytes(text: str, field: str = "bytes") -> int:
         raise ConfigError(field, text, f"unknown unit {unit!r}; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB "
                           "(e.g. 20GiB)")
     value = float(m.group("num")) * scale
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(field, text, "must be a positive number of bytes")
+    if not math.isfinite(value) or value < minimum or (minimum >= 1 and value <= 0):
+        raise ConfigError(field, text, "must be a positive number of bytes" if minimum >= 1 else
+                          f"must be a number of bytes >= {minimum}")
     if value != int(value) and scale == 1:
         raise ConfigError(field, text, "must be a whole number of bytes")
     return int(round(value))
@@ -66,8 +68,8 @@ def arg_type(fn, field: str):
     return parse
 
 
-def bytes_arg(field: str):
-    return arg_type(lambda t: parse_bytes(t, field), field)
+def bytes_arg(field: str, minimum: int = 1):
+    return arg_type(lambda t: parse_bytes(t, field, minimum), field)
 
 
 def int_arg(field: str, minimum: int = 1):
@@ -90,8 +92,9 @@ def length_arg(text: str) -> int | str:
     except ValueError:
         raise argparse.ArgumentTypeError(f"max_model_len={text!r} is invalid: must be an integer or 'auto'") \
             from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"max_model_len={value} is invalid: must be >= 1 (or 'auto')")
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"max_model_len={value} is invalid: must be >= 2, a request needs one "
+                                         "prompt token and one output token (or 'auto')")
     return value
 
 
@@ -120,15 +123,41 @@ def make_console(stderr: bool = False):
 
 
 def flaw_names() -> list[str]:
-    from kvverify import flaws
-    return list(flaws.CATALOG)
+    """Every engine's flaws (vLLM's first; :mod:`kvverify.engines`)."""
+    from kvverify import engines
+    return list(engines.flaw_catalog())
 
 
 @contextlib.contextmanager
-def flaws_on(names: Sequence[str] | None) -> Iterator[None]:
-    from kvverify import flaws
-    with flaws.enabled(*(names or ())):
+def flaws_on(names: Sequence[str] | None, engine: str | None = "vllm") -> Iterator[None]:
+    """These flaws on, each in its engine's catalogue. ``engine``: the one engine the command
+    runs (another engine's flaw would change nothing: a ``ConfigError`` naming it); ``None``:
+    any engine's (``kvverify fuzz`` runs both)."""
+    from kvverify import engines
+    for name in names or ():
+        owner = engines.engine_of_flaw(name)
+        if engine is not None and owner.name != engine:
+            raise ConfigError("flaw", name, f"a {owner.title} flaw; this runs {engines.get(engine).title}'s "
+                              f"reference (its flaws: {', '.join(engines.get(engine).flaw_catalog)})")
+    with engines.enabled(flaws=names or ()):
         yield
+
+
+def load_layout(model: str | None = None, config_json: str | None = None) -> Any:
+    """A catalog model by name, or a Hugging Face ``config.json`` (file or directory)."""
+    from pathlib import Path
+
+    from kvverify import catalog
+
+    if (model is None) == (config_json is None):
+        raise ConfigError("model", None, "give exactly one of --model NAME or --config-json PATH")
+    if model is not None:
+        return catalog.load_model(model)
+    path = Path(config_json)  # type: ignore[arg-type]
+    if not path.exists():
+        raise catalog.CatalogError(str(path), "no such file (expected a Hugging Face config.json, or a "
+                                   "directory holding one)")
+    return catalog.read_hf_config(path)
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter):

@@ -18,7 +18,7 @@ from typing import Any
 
 from kvverify.cli.common import EXIT_OK, Formatter
 
-_VERIFIED = re.compile(r"^#+\s*Verified on (vLLM [^\n]*)$", re.MULTILINE)
+_VERIFIED = re.compile(r"^#+\s*Verified on ((?:vLLM|SGLang) [^\n]*)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,27 @@ def finding_rows(directory: Path | None = None) -> list[FindingRow]:
             patch=patch.name if patch.is_file() and md.stem in by_patch else None,
             test=test.name if test.is_file() else None,
             verified=verified.group(1).strip() if verified else None,
+            withdrawn="withdrawn" in first.lower()))
+    return rows + sglang_finding_rows(directory)
+
+
+def sglang_finding_rows(directory: Path) -> list[FindingRow]:
+    """One row per SGLang write-up ``SG<n>-*.md`` (patches and tests under ``patches/sglang/``)."""
+    from kvverify.sglang import fixes as sglang_fixes
+
+    rows = []
+    for md in sorted(directory.glob("SG*.md")):
+        text = md.read_text()
+        first = text.splitlines()[0] if text else md.stem
+        number = md.stem.partition("-")[0]
+        own = [f for f in sglang_fixes.CATALOG.values() if f.finding == number]
+        patch = next((directory / "patches" / f.patch for f in own if (directory / "patches" / f.patch).is_file()), None)
+        tests = sorted((directory / "patches" / "sglang").glob(f"test_{number}_*.py"))
+        verified = _VERIFIED.search(text)
+        rows.append(FindingRow(
+            finding=number, title=re.sub(r"^#\s*SG\d+\s*[—-]\s*", "", first).strip(),
+            fixes=tuple(f.name for f in own), patch=patch.name if patch else None,
+            test=tests[0].name if tests else None, verified=verified.group(1).strip() if verified else None,
             withdrawn="withdrawn" in first.lower()))
     return rows
 

@@ -6,7 +6,9 @@ install hint. Modules:
 
 * :mod:`~kvverify.harness.geometry` — byte regions of a plan and the overlap rule (no torch);
 * :mod:`~kvverify.harness.allocation` — one raw int8 backing, per-layer typed views;
-* :mod:`~kvverify.harness.checks` — the named checks, :func:`run_harness`, :class:`HarnessReport`;
+* :mod:`~kvverify.harness.checks` — the named checks of the layout (structure, addressing, CUDA);
+* :mod:`~kvverify.harness.poison` — the data check: a write lands only where the plan says;
+* :mod:`~kvverify.harness.run` — every check on one allocation, :func:`run_harness`, :class:`HarnessReport`;
 * :mod:`~kvverify.harness.mutations` — deliberately wrong plans each check must catch.
 
 Typical use::
@@ -26,26 +28,23 @@ from kvverify.harness._torch import (
 from kvverify.harness.allocation import KVCacheAllocation, LayerAllocation, allocate_kv_cache
 from kvverify.harness.checks import (
     CHECKS,
-    HarnessReport,
     Violation,
-    check_allocation,
     check_block_addressable,
     check_cuda_memory,
     check_layer_coverage,
     check_null_block,
     check_num_blocks,
     check_planned_aliasing,
-    check_poison,
     check_single_backing,
     check_tensor_size,
     check_total_bytes,
     check_typed_views,
     check_views_disjoint,
-    run_harness,
-    run_harness_plan,
 )
 from kvverify.harness.geometry import Region, find_forbidden_overlaps, planned_regions
 from kvverify.harness.mutations import MUTATIONS
+from kvverify.harness.poison import check_poison
+from kvverify.harness.run import HarnessReport, check_allocation, run_harness, run_harness_plan
 
 __all__ = [
     "CHECKS", "DEVICES", "HarnessError", "HarnessReport", "KVCacheAllocation", "LayerAllocation", "MUTATIONS",

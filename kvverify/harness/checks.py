@@ -1,8 +1,12 @@
-"""Checks of an allocated KV cache against its plan, each returning violations.
+"""Checks of an allocated KV cache's layout against its plan, each returning violations.
 
 Every check is a plain function ``check_X(alloc, ...) -> list[Violation]`` over a
 :class:`~kvverify.harness.allocation.KVCacheAllocation`, so a test can hand it a
-deliberately wrong plan (or a wrong allocation) and see the named check fail.
+deliberately wrong plan (or a wrong allocation) and see the named check fail. Here: the
+structure (coverage, one backing, bytes, sizes, block counts, typed views, the null block),
+addressing and sharing (every block addressable, views disjoint or aliased as planned) and
+the CUDA allocator's accounting. The data check, poison, is :mod:`kvverify.harness.poison`;
+running them all on one allocation, :mod:`kvverify.harness.run`.
 Data-dependent parts need real memory: on ``meta`` they are skipped and the reason is
 recorded in the report, never silently dropped.
 
@@ -15,32 +19,17 @@ Names (``CHECKS``): ``harness.layer_coverage``, ``harness.single_backing``,
 
 from __future__ import annotations
 
-import random
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from kvverify.harness._torch import require_torch
-from kvverify.harness.allocation import (
-    DEFAULT_MAX_CPU_BYTES,
-    KVCacheAllocation,
-    LayerAllocation,
-    allocate_kv_cache,
-    free,
-    region_of_view,
-)
+from kvverify.harness.allocation import KVCacheAllocation, LayerAllocation
 from kvverify.harness.geometry import (
-    Region,
     expected_bytes,
     find_forbidden_overlaps,
-    overlapping_blocks,
-    page_parts,
     planned_regions,
     tensor_extent,
     view_shape,
 )
-from kvverify.reference.planner import KVCacheConfig, StartupPlan
-from kvverify.reference.specs import KVCacheSpec
-
 from kvverify.invariants.base import Violation
 
 LAYER_COVERAGE = "harness.layer_coverage"
@@ -64,7 +53,6 @@ CHECKS = (LAYER_COVERAGE, SINGLE_BACKING, TOTAL_BYTES, TENSOR_SIZE, NUM_BLOCKS, 
 MAX_PER_CHECK = 8          # witnesses reported per check (the total count goes in evidence)
 CUDA_ROUNDING_SLACK = 2 * 2**20  # caching-allocator rounding tolerated by cuda_memory_allocated
 CHUNK_BYTES = 64 * 2**20   # data passes touch at most this many bytes per torch op
-SNAPSHOT_BYTES = 4 * 2**30  # poison compares with one full snapshot up to this size, else word sums
 
 NO_DATA = "device {device!r} holds no data (shapes and sizes only): data-dependent part skipped"
 
@@ -308,189 +296,6 @@ def check_planned_aliasing(alloc: KVCacheAllocation) -> list[Violation]:
     return _cap(out[:MAX_PER_CHECK], len(out), PLANNED_ALIASING)
 
 
-# --- poison --------------------------------------------------------------------------------
-
-
-def _word_sum(torch: Any, raw: Any, lo: int = 0, hi: int | None = None) -> int:
-    """Wrapping sum (mod 2**64) of ``raw[lo:hi]`` as int64 words, chunked, one device sync.
-
-    ``lo`` must be a multiple of 8; bytes past the last whole word are summed as bytes.
-    """
-    n = int(raw.numel())
-    hi = n if hi is None else min(hi, n)
-    n8 = n // 8 * 8
-    total = torch.zeros((), dtype=torch.int64, device=raw.device)
-    mid = min(hi, n8)
-    for a in range(lo, mid, CHUNK_BYTES):
-        total += raw[a:min(a + CHUNK_BYTES, mid)].view(torch.int64).sum()
-    if hi > n8:
-        total += raw[max(lo, n8):hi].sum(dtype=torch.int64)
-    return int(total) % 2**64
-
-
-def _probes(alloc: KVCacheAllocation, rng: random.Random, max_layers: int) -> list[tuple[str, int]]:
-    names = list(alloc.layers)
-    if len(names) > max_layers:
-        names = [names[0], names[-1], *rng.sample(names[1:-1], max_layers - 2)]
-    probes: list[tuple[str, int]] = []
-    for name in names:
-        n = alloc.layers[name].num_blocks
-        if n <= 0:
-            continue
-        blocks = {0, min(1, n - 1), n - 1}
-        if n > 1:
-            blocks.add(rng.randrange(1, n))
-        probes.extend((name, b) for b in sorted(blocks))
-    return probes
-
-
-def _witnesses(alloc: KVCacheAllocation, regions: list[Region], x: LayerAllocation, b: int, lo: int,
-               hi: int) -> list[tuple[LayerAllocation, int]]:
-    """Pages that may see a write to ``[lo, hi)``: those whose *views* or *planned* pages reach it.
-
-    Plus ``x``'s own neighbours of ``b``. A correct plan yields ``x``'s neighbours and
-    block ``b`` of the layers overlaid on ``x`` (other groups): a handful of pages.
-    """
-    out = {(x.name, c): (x, c) for c in (b - 1, b + 1, 0, x.num_blocks - 1) if 0 <= c < x.num_blocks and c != b}
-    reach = [(w, region_of_view(w.name, 0, w.group, w.pages)) for w in alloc.layers.values()]
-    reach += [(alloc.layers[r.layer], r) for r in regions if r.part == 0 and r.layer in alloc.layers]
-    for w, region in reach:
-        rng = overlapping_blocks(region, lo, hi)
-        if rng is None:
-            continue
-        for c in {rng[0], rng[1], min(rng[0] + 1, rng[1]), *([b] if rng[0] <= b <= rng[1] else [])}:
-            if (w.name, c) != (x.name, b) and c < w.num_blocks:
-                out[(w.name, c)] = (w, c)
-    return list(out.values())
-
-
-def _hits(regions: list[Region], addr: int) -> list[list[Any]]:
-    """Planned ``(layer, block)`` pages containing byte ``addr`` (evidence for a stray write)."""
-    out = []
-    for r in regions:
-        if r.stride > 0:
-            k = (addr - r.start) // r.stride
-            if 0 <= k < r.count and r.start + k * r.stride <= addr < r.start + k * r.stride + r.length:
-                out.append([r.layer, k])
-    return out[:4]
-
-
-def check_poison(alloc: KVCacheAllocation, *, seed: int = 0, max_probe_layers: int = 16) -> list[Violation]:
-    """Write random data into one block of one layer; nothing else may change.
-
-    The backing is first filled with seeded random bytes in ``[1, 255]`` (never zeros,
-    which fresh memory may already hold); each probe adds a seeded random non-zero delta
-    to every byte of block ``b`` of layer ``x`` through its *typed* view(s), so every byte
-    of the block really changes, and subtracts it again afterwards. Checks: (1) the block
-    reads back as written; (2) no byte outside the block's planned page changed — a
-    comparison with one snapshot up to ``SNAPSHOT_BYTES``, above it the backing's
-    wrapping word sum must change exactly as the page's words do (a full-budget cuda
-    plan needs no second copy); (3) no other page read through its layer's view changed — the pages whose views
-    reach the written page, and ``x``'s neighbouring blocks — except block ``b`` of layers
-    of other groups (the planned alias); (4) those planned aliases *do* see the write
-    where their planned bytes overlap (reported as ``planned_aliasing``). Probes: blocks
-    0 (the null block), 1, N-1 and a random one, of up to ``max_probe_layers`` layers.
-    cpu/cuda only (``meta`` holds no data).
-    """
-    torch = require_torch()
-    if not alloc.has_data or alloc.backing is None or not alloc.layers:
-        return []
-    dev = alloc.backing.device
-    gen = torch.Generator(device=dev)
-    gen.manual_seed(seed)
-    rng = random.Random(seed)
-    raw = alloc.backing.view(torch.uint8)
-    raw.random_(1, 256, generator=gen)
-    regions = planned_regions(alloc.config, alloc.layer_specs)
-    planned = {(r.layer, r.part): r for r in regions}
-    snapshot = raw.clone() if int(raw.numel()) <= SNAPSHOT_BYTES else None
-    s0 = _word_sum(torch, raw) if snapshot is None else 0
-    out: list[Violation] = []
-    for x_name, b in _probes(alloc, rng, max_probe_layers):
-        x = alloc.layers[x_name]
-        page_lo = x.planned_start + b * x.planned_stride
-        page_hi = page_lo + x.spec.real_page_size_bytes
-        witnesses = [(w, c, w.pages[c].clone()) for w, c in _witnesses(alloc, regions, x, b, page_lo, page_hi)]
-        lo8, hi8 = page_lo // 8 * 8, -(-page_hi // 8) * 8
-        region0 = _word_sum(torch, raw, lo8, hi8) if snapshot is None else 0
-        parts_before, deltas = [], []
-        for v in x.views:
-            bytes_v = v[b].view(torch.uint8)
-            parts_before.append(bytes_v.clone())
-            deltas.append(torch.randint(1, 256, tuple(bytes_v.shape), dtype=torch.uint8, generator=gen,
-                                        device=dev))
-        for v, d in zip(x.views, deltas):
-            v[b].view(torch.uint8).add_(d)
-        for part, (v, pb, d) in enumerate(zip(x.views, parts_before, deltas)):
-            now = v[b].view(torch.uint8)
-            if not bool((now == pb + d).all()):
-                out.append(Violation(POISON, f"block {b} of layer {x_name} (part {part}) does not read back "
-                                     "what was written through its view",
-                                     {"layer": x_name, "block": b, "part": part,
-                                      "bytes_wrong": int((now != pb + d).sum())}))
-        lo, hi = max(page_lo, 0), max(min(page_hi, int(raw.numel())), max(page_lo, 0))
-        if snapshot is not None:
-            if not (torch.equal(raw[:lo], snapshot[:lo]) and torch.equal(raw[hi:], snapshot[hi:])):
-                changed_at = (raw != snapshot).nonzero().flatten()
-                outside = changed_at[(changed_at < lo) | (changed_at >= hi)]
-                first = int(outside[0])
-                out.append(Violation(POISON, f"writing block {b} of layer {x_name} changed bytes outside it",
-                                     {"layer": x_name, "block": b, "page": [page_lo, page_hi],
-                                      "bytes_outside": int(outside.numel()), "first_outside": first,
-                                      "planned_pages_hit": _hits(regions, first)}))
-        else:  # everything outside the page's words sums as before (mod 2**64)
-            changed = (_word_sum(torch, raw) - s0) % 2**64
-            in_page = (_word_sum(torch, raw, lo8, hi8) - region0) % 2**64
-            if changed != in_page:
-                out.append(Violation(POISON, f"writing block {b} of layer {x_name} changed bytes outside it",
-                                     {"layer": x_name, "block": b, "page": [page_lo, page_hi],
-                                      "sum_change": changed, "page_sum_change": in_page}))
-        for w, c, pre in witnesses:
-            post = w.pages[c]
-            if not bool((post != pre).any()):
-                continue
-            if w.name != x_name and w.group != x.group and c == b:
-                out.extend(_alias_sees_write(planned, x, w, b, pre, post))
-                continue
-            kind = "that layer" if w.name == x_name else \
-                "a layer of the same group" if w.group == x.group else "another group"
-            out.append(Violation(POISON, f"writing block {b} of layer {x_name} changed block {c} of "
-                                 f"{w.name} ({kind})",
-                                 {"layer": x_name, "block": b, "changed_layer": w.name,
-                                  "changed_block": c, "group": x.group, "changed_group": w.group}))
-        for w, c, pre in witnesses:  # planned aliases that did NOT see the write
-            if w.name != x_name and w.group != x.group and c == b and not bool((w.pages[c] != pre).any()):
-                out.extend(_alias_sees_write(planned, x, w, b, pre, w.pages[c]))
-        for v, d in zip(reversed(x.views), reversed(deltas)):  # undo: the snapshot stays valid
-            v[b].view(torch.uint8).sub_(d)
-        if len(out) >= MAX_PER_CHECK:
-            break
-    return out[:MAX_PER_CHECK]
-
-
-def _alias_sees_write(planned: Mapping[tuple[str, int], Region], x: LayerAllocation,
-                      w: LayerAllocation, b: int, pre: Any, post: Any) -> list[Violation]:
-    """Where the plan overlays ``w``'s block ``b`` on ``x``'s, ``w`` must read the new bytes."""
-    px, pw = planned.get((x.name, 0)), planned.get((w.name, 0))
-    if px is None or pw is None:
-        return []
-    x_lo = px.start + b * px.stride
-    w_lo = pw.start + b * pw.stride
-    lo = max(x_lo, w_lo)
-    hi = min(x_lo + x.spec.real_page_size_bytes, w_lo + w.spec.real_page_size_bytes)
-    if hi <= lo:
-        return []
-    x_now = x.pages[b]
-    same = bool((post[lo - w_lo:hi - w_lo] == x_now[lo - x_lo:hi - x_lo]).all())
-    moved = bool((post[lo - w_lo:hi - w_lo] != pre[lo - w_lo:hi - w_lo]).all())
-    if same and moved:
-        return []
-    return [Violation(PLANNED_ALIASING, f"layer {w.name} block {b} does not see the write to layer {x.name} "
-                      f"block {b} that the plan overlays on it",
-                      {"layer": x.name, "alias": w.name, "block": b, "overlap_bytes": hi - lo,
-                       "reads_same_bytes": same, "all_changed": moved})]
-
-
 # --- cuda ----------------------------------------------------------------------------------
 
 
@@ -521,132 +326,9 @@ def check_cuda_memory(alloc: KVCacheAllocation, *, gpu_memory_utilization: float
     return out
 
 
-# --- the run -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HarnessReport:
-    """What one allocation of one worker's plan showed."""
-
-    device: str
-    num_blocks: int
-    expected_bytes: int
-    allocated_bytes: int
-    measured_bytes: int | None
-    violations: tuple[Violation, ...]
-    skipped: dict[str, str]
-    checks: tuple[str, ...]
-    stats: dict[str, Any]
-    views: dict[str, list[list[Any]]]
-
-    @property
-    def ok(self) -> bool:
-        return not self.violations
-
-    def names(self) -> set[str]:
-        return {v.name for v in self.violations}
-
-    def to_dict(self) -> dict[str, Any]:
-        def plain(v: Violation) -> dict[str, Any]:
-            if hasattr(v, "to_json"):
-                return v.to_json()
-            return {"name": v.name, "reason": v.reason, "evidence": {k: repr(x) for k, x in v.evidence.items()}}
-        return {"device": self.device, "ok": self.ok, "num_blocks": self.num_blocks,
-                "expected_bytes": self.expected_bytes, "allocated_bytes": self.allocated_bytes,
-                "measured_bytes": self.measured_bytes, "checks": list(self.checks),
-                "skipped": dict(self.skipped), "stats": dict(self.stats),
-                "violations": [plain(v) for v in self.violations], "views": self.views}
-
-    def summary(self) -> str:
-        lines = [f"harness on {self.device}: {len(self.checks)} checks, "
-                 f"{'OK' if self.ok else f'{len(self.violations)} violation(s)'}; num_blocks={self.num_blocks}, "
-                 f"allocated={self.allocated_bytes} B (planned {self.expected_bytes} B)"
-                 + (f", measured={self.measured_bytes} B" if self.measured_bytes is not None else "")]
-        lines += [f"  {v}" for v in self.violations]
-        lines += [f"  skipped {k}: {r}" for k, r in self.skipped.items()]
-        return "\n".join(lines)
-
-
-def check_allocation(alloc: KVCacheAllocation, *, seed: int = 0, data_checks: bool = True,
-                     gpu_memory_utilization: float = 0.9, max_probe_layers: int = 16
-                     ) -> tuple[list[Violation], dict[str, str], list[str]]:
-    """Run every check on ``alloc``: ``(violations, skipped check -> reason, checks run)``."""
-    skipped: dict[str, str] = {}
-    ran: list[str] = []
-    violations: list[Violation] = []
-
-    def run(name: str, fn: Callable[[], list[Violation]]) -> None:
-        ran.append(name)
-        violations.extend(fn())
-
-    run(LAYER_COVERAGE, lambda: check_layer_coverage(alloc))
-    run(SINGLE_BACKING, lambda: check_single_backing(alloc))
-    run(TOTAL_BYTES, lambda: check_total_bytes(alloc))
-    run(TENSOR_SIZE, lambda: check_tensor_size(alloc))
-    run(NUM_BLOCKS, lambda: check_num_blocks(alloc))
-    run(TYPED_VIEWS, lambda: check_typed_views(alloc))
-    run(NULL_BLOCK, lambda: check_null_block(alloc))
-    run(VIEWS_DISJOINT, lambda: check_views_disjoint(alloc))
-    data = data_checks and alloc.has_data
-    run(BLOCK_ADDRESSABLE, lambda: check_block_addressable(alloc, data=data))
-    run(PLANNED_ALIASING, lambda: check_planned_aliasing(alloc))
-    reason = None if alloc.has_data else NO_DATA.format(device=alloc.device)
-    if not data_checks:
-        reason = "data checks switched off (data_checks=False)"
-    if reason is None:
-        run(POISON, lambda: check_poison(alloc, seed=seed, max_probe_layers=max_probe_layers))
-    else:
-        skipped[POISON] = reason
-        skipped[BLOCK_ADDRESSABLE + "[data]"] = reason
-        skipped[PLANNED_ALIASING + "[data]"] = reason
-    if alloc.device.startswith("cuda"):
-        run(CUDA_MEMORY_ALLOCATED, lambda: check_cuda_memory(alloc, gpu_memory_utilization=gpu_memory_utilization))
-        ran.append(CUDA_MEM_GET_INFO)
-    else:
-        for name in (CUDA_MEMORY_ALLOCATED, CUDA_MEM_GET_INFO):
-            skipped[name] = f"device {alloc.device!r} is not cuda: no memory_allocated / mem_get_info to compare"
-    return violations, skipped, ran
-
-
-def run_harness(config: KVCacheConfig, device: str = "cpu", *,
-                layer_specs: Mapping[str, KVCacheSpec] | None = None, seed: int = 0,
-                data_checks: bool = True, gpu_memory_utilization: float = 0.9, max_probe_layers: int = 16,
-                max_cpu_bytes: int = DEFAULT_MAX_CPU_BYTES) -> HarnessReport:
-    """Allocate ``config`` on ``device``, run every check, free the memory, report."""
-    alloc = allocate_kv_cache(config, device, layer_specs=layer_specs, max_cpu_bytes=max_cpu_bytes)
-    try:
-        violations, skipped, ran = check_allocation(alloc, seed=seed, data_checks=data_checks,
-                                                    gpu_memory_utilization=gpu_memory_utilization,
-                                                    max_probe_layers=max_probe_layers)
-        planned = planned_regions(config, alloc.layer_specs)
-        starts: dict[tuple[int, int], set[int]] = {}
-        for r in planned:
-            if r.part == 0:
-                starts.setdefault((r.start, r.stride), set()).add(r.group)
-        stats = {"layers": len(alloc.layers), "groups": len(config.kv_cache_groups),
-                 "tensors": len(config.kv_cache_tensors),
-                 "aliased_positions": sum(1 for gs in starts.values() if len(gs) > 1),
-                 "page_parts": sum(len(page_parts(la.spec)) for la in alloc.layers.values())}
-        views = {la.name: [[list(int(s) for s in v.shape), str(v.dtype).replace("torch.", "")] for v in la.views]
-                 for la in alloc.layers.values()}
-        return HarnessReport(device=alloc.device, num_blocks=config.num_blocks,
-                             expected_bytes=expected_bytes(config, alloc.layer_specs),
-                             allocated_bytes=alloc.allocated_bytes, measured_bytes=alloc.measured_bytes,
-                             violations=tuple(violations), skipped=skipped, checks=tuple(ran), stats=stats,
-                             views=views)
-    finally:
-        free(alloc)
-
-
-def run_harness_plan(plan: StartupPlan, device: str = "cpu", **kwargs: Any) -> list[HarnessReport]:
-    """:func:`run_harness` on every worker's KVCacheConfig of a startup plan."""
-    return [run_harness(cfg, device, **kwargs) for cfg in plan.kv_cache_configs]
-
-
-__all__ = ["BLOCK_ADDRESSABLE", "CHECKS", "CUDA_MEMORY_ALLOCATED", "CUDA_MEM_GET_INFO", "HarnessReport",
-           "LAYER_COVERAGE", "NULL_BLOCK", "NUM_BLOCKS", "PLANNED_ALIASING", "POISON", "SINGLE_BACKING",
-           "TENSOR_SIZE", "TOTAL_BYTES", "TYPED_VIEWS", "VIEWS_DISJOINT", "Violation", "check_allocation",
+__all__ = ["BLOCK_ADDRESSABLE", "CHECKS", "CHUNK_BYTES", "CUDA_MEMORY_ALLOCATED", "CUDA_MEM_GET_INFO",
+           "LAYER_COVERAGE", "MAX_PER_CHECK", "NO_DATA", "NULL_BLOCK", "NUM_BLOCKS", "PLANNED_ALIASING", "POISON",
+           "SINGLE_BACKING", "TENSOR_SIZE", "TOTAL_BYTES", "TYPED_VIEWS", "VIEWS_DISJOINT", "Violation",
            "check_block_addressable", "check_cuda_memory", "check_layer_coverage", "check_null_block",
-           "check_num_blocks", "check_planned_aliasing", "check_poison", "check_single_backing",
-           "check_tensor_size", "check_total_bytes", "check_typed_views", "check_views_disjoint",
-           "run_harness", "run_harness_plan"]
+           "check_num_blocks", "check_planned_aliasing", "check_single_backing", "check_tensor_size",
+           "check_total_bytes", "check_typed_views", "check_views_disjoint"]

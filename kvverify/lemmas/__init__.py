@@ -13,7 +13,7 @@ Modules: :mod:`~kvverify.lemmas.core` (machinery), :mod:`~kvverify.lemmas.startu
 
 from __future__ import annotations
 
-from kvverify.lemmas import autofit, hashing, recycling, startup
+from kvverify.lemmas import autofit, hashing, recycling, sglang, startup
 from kvverify.lemmas.core import (
     BLOCK_SIZES,
     Case,
@@ -26,7 +26,8 @@ from kvverify.lemmas.core import (
     prove,
 )
 
-LEMMAS: tuple[Lemma, ...] = (*startup.LEMMAS, *autofit.LEMMAS, *recycling.LEMMAS, *hashing.LEMMAS)
+LEMMAS: tuple[Lemma, ...] = (*startup.LEMMAS, *autofit.LEMMAS, *recycling.LEMMAS, *hashing.LEMMAS,
+                             *sglang.LEMMAS)  # SGLang's (kvverify.lemmas.sglang)
 BY_NAME: dict[str, Lemma] = {lemma.name: lemma for lemma in LEMMAS}
 FINDINGS: dict[str, Finding] = {lemma.finding.id: lemma.finding for lemma in LEMMAS if lemma.finding}
 

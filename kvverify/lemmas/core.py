@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import z3
 
-from kvverify import fixes, flaws
+from kvverify import engines
 
 #: The real block sizes lemmas enumerate to keep the arithmetic linear (544: a hybrid
 #: attention+Mamba block size after page unification).
@@ -82,7 +82,7 @@ class Finding:
     title: str
     upstream: str
     consequence: str
-    fix: str  # a name in kvverify.fixes.CATALOG
+    fix: str  # a fix option of its engine (kvverify.fixes, kvverify.sglang.fixes)
 
 
 @dataclass(frozen=True)
@@ -254,11 +254,8 @@ def evaluate_on_ints(case: Case, values: Mapping[str, int]) -> tuple[bool, bool]
 
 @contextlib.contextmanager
 def switches(flaw: str | None, fix: str | None) -> Iterator[None]:
-    with contextlib.ExitStack() as stack:
-        if flaw is not None:
-            stack.enter_context(flaws.enabled(flaw))
-        if fix is not None:
-            stack.enter_context(fixes.enabled(fix))
+    """``flaw`` / ``fix`` on, each in its engine's catalogue (:mod:`kvverify.engines`)."""
+    with engines.enabled(flaws=() if flaw is None else (flaw,), fixes=() if fix is None else (fix,)):
         yield
 
 
@@ -278,7 +275,7 @@ def prove(lemma: Lemma, flaw: str | None = None, fix: bool = False,
     t0 = time.perf_counter()
     try:
         with switches(flaw, fix_name):
-            active = sorted(flaws.active())  # includes flaws switched on globally (pytest --flaw)
+            active = sorted(engines.active_flaws())  # incl. pytest --flaw
             res.flaw = ",".join(active) or None
             for case in lemma.cases():
                 res.cases += 1

@@ -20,14 +20,15 @@ Opt-in, general, and never aimed at a release (``pytest`` options, registered by
 
 Only checks routed through :func:`kvverify.props.known.assert_or_known` (those that can
 re-run the same case on the reference) are attributed in-test; ``kvverify releases``
-attributes the rest by replaying their reports on the reference (:func:`explain_report`).
+attributes the rest by replaying their reports on the reference
+(:func:`kvverify.releases.explain.explain_report`).
 
 A release can ship several zoo flaws, and an example can need two of them at once (a pool
 one block short *and* a chunk that rounds down to 0 tokens). When no single flaw reproduces
 a failure, pairs are tried: a combination is named ``A + B`` (:data:`COMBINED`), and only
 when neither flaw alone reproduces it. In-test, pairs are drawn from the absorbed flaws only
 (already identified on this release; cheap), so a later pass does not stop on an example
-that two identified defects explain together; :func:`explain_report` tries every pair.
+that two identified defects explain together; ``explain_report`` tries every pair.
 """
 
 from __future__ import annotations
@@ -35,10 +36,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from kvverify import flaws
 from kvverify.invariants.base import Violation
@@ -166,91 +165,3 @@ def _log(m: Mode, violations: Sequence[Violation], found: Sequence[str]) -> None
             os.close(fd)
     except OSError:
         pass
-
-
-def is_invariant_name(name: object) -> bool:
-    """Whether a report's violation name is an invariant's (``startup.too_loose``: dotted, lower
-    case) rather than an exception's type (``GroupingError``: the property crashed)."""
-    return isinstance(name, str) and bool(re.fullmatch(r"[a-z0-9_]+(?:\.[a-z0-9_\-]+)+", name))
-
-
-def same_invariant(recorded: Mapping[str, Any] | None, got: Mapping[str, Any] | None) -> bool:
-    """Whether two violations are one invariant with different diagnoses: the same statement
-    (``reason``) and the same name but its last part (``admission.stall.head_of_line`` and
-    ``admission.stall.no_progress``: "an admitted workload did not finish", stalled differently)."""
-    if not recorded or not got:
-        return False
-    a, b = str(recorded.get("name") or ""), str(got.get("name") or "")
-    return (is_invariant_name(a) and is_invariant_name(b) and a.count(".") >= 2
-            and a.rpartition(".")[0] == b.rpartition(".")[0] and bool(recorded.get("reason"))
-            and recorded.get("reason") == got.get("reason"))
-
-
-def crash_message(violation: Mapping[str, Any] | None) -> str:
-    """A crash's message (``ValueError: Cannot get 1 free blocks from the pool`` -> the text after
-    the type), empty when the report records none."""
-    return str((violation or {}).get("reason") or "").strip()
-
-
-def same_crash(message: str, got: Mapping[str, Any] | None) -> bool:
-    """Whether a reference replay fails with the crash a release recorded: the replay's violation
-    carries an ``error`` (the reference's driver turns a pool error into evidence) or is itself an
-    exception, with the same message — the release's exception type is its own (``ValueError``
-    upstream, ``PoolExhaustedError`` in the reference), the message is upstream's, mirrored."""
-    if not got or not message:
-        return False
-    texts = [str(got.get("reason") or "")] if not is_invariant_name(got.get("name")) else []
-    error = (got.get("evidence") or {}).get("error")
-    if error:
-        texts.append(str(error).split(": ", 1)[-1])
-    return any(t.strip() == message for t in texts)
-
-
-def explain_report(report: Mapping[str, Any], candidates: Iterable[str] | None = None,
-                   pairs: bool = True) -> dict[str, Any]:
-    """Replay a counterexample report on the reference: faithful, then with each flaw on,
-    then (``pairs``, when no single flaw does) with each pair of flaws on.
-
-    Returns ``{"reference_reproduces": bool, "flaws": [...], "violation": name, "fixes": [...]}``:
-    the flaws (or ``"A + B"`` pairs) whose replay on the reference reproduces the recorded
-    violation (same name). Used by ``kvverify releases`` for failures recorded on a release.
-    A crash (the release raised) is explained only by a replay that fails with the same error
-    message (:func:`same_crash`); a crash without a message is never put down to a flaw.
-
-    A known finding's property (:data:`kvverify.props.findings.KNOWN_FAILURES`) fails on a
-    release only where the finding's strict xfail does not apply: the release lacks the
-    finding. When the faithful reference (which has it) reproduces such a failure, the
-    replays are repeated with the finding's fix options on (``"fixes"``): the reference
-    without the finding, plus the flaw that makes it agree with the release.
-    """
-    from kvverify import reports
-    from kvverify.props.findings import FIXED_BY
-
-    recorded = (report.get("violation") or {}).get("name")
-    crash = None if is_invariant_name(recorded) else crash_message(report.get("violation"))
-    if not is_invariant_name(recorded) and not crash:  # an exception without a message: nothing to match
-        return {"reference_reproduces": False, "flaws": [], "violation": recorded, "fixes": []}
-
-    def reproduces(flaw_names: list[str], fix_names: list[str]) -> bool:
-        try:
-            outcome = reports.replay_report(report, target="reference", flaw_names=flaw_names, fix_names=fix_names)
-        except Exception:  # noqa: BLE001 - a replay that cannot run explains nothing
-            return False
-        if crash:  # the release crashed: the reference must fail with the same error message
-            return outcome.reproduced and same_crash(crash, outcome.violation)
-        # "reproduced" (not "reproduced (different failure)"): the recorded violation's name, or
-        # the same invariant with another diagnosis (admission.stall.head_of_line vs .no_progress)
-        return outcome.reproduced and (outcome.status == "reproduced"
-                                       or same_invariant(report.get("violation"), outcome.violation))
-
-    faithful = reproduces([], [])
-    fixes: list[str] = []
-    names = sorted(candidates if candidates is not None else flaws.CATALOG)
-    if faithful:
-        fixes = list(FIXED_BY.get(str(report.get("property") or ""), ()))
-        if not fixes or reproduces([], fixes):
-            return {"reference_reproduces": True, "flaws": [], "violation": recorded, "fixes": []}
-    found = [f for f in names if reproduces([f], fixes)]
-    if not found and pairs:
-        found = [combination(pair) for pair in itertools.combinations(names, 2) if reproduces(list(pair), fixes)]
-    return {"reference_reproduces": faithful, "flaws": found, "violation": recorded, "fixes": fixes}

@@ -35,11 +35,12 @@ from kvverify.reference.connector import ConnectorScript
 from kvverify.reference.driver import SchedulerLike, WorkloadSpec
 from kvverify.reference.planner import StartupPlan
 from kvverify.strategies import StartupCase
-from kvverify.targets.base import Target
+from kvverify.targets.base import Capability, Target, require_capability
 
 
 def _draw(target: Target, case: StartupCase, data: Any, min_requests: int = 1) -> tuple[
         StartupPlan, list[WorkloadSpec], ConnectorScript | None]:
+    require_capability(target, Capability.KV_CONNECTOR)
     plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
     assume(plan.starts and plan.groups and plan.vllm_config.max_model_len >= 2)
     cfg = plan.vllm_config

@@ -30,7 +30,7 @@ from kvverify.props.recorder import recorded
 from kvverify.reference.connector import ConnectorScript, RequestScript
 from kvverify.reference.driver import WorkloadSpec
 from kvverify.strategies import StartupCase, lengths, startup_cases
-from kvverify.targets.base import Target
+from kvverify.targets.base import Capability, Target, require_capability
 
 _SPEC = st.integers(1, 4)
 _LOAD = st.sampled_from((1, 2, 0))
@@ -43,6 +43,7 @@ def test_cached_prompt_is_scheduled_under_speculative_decoding(target: Target, c
                                                                data) -> None:
     """A prompt sent again (every block but its last token cached) completes under speculative
     decoding whatever the token budget (a drafter without its own KV: no lookahead slots)."""
+    require_capability(target, Capability.KV_CONNECTOR)  # the connector scheduler runs it (no connector)
     plan = target.plan(replace(case.vllm_config, num_speculative_tokens=spec), case.kv_cache_specs,
                        case.available_memory)
     cfg = plan.vllm_config
@@ -59,6 +60,7 @@ def test_cached_prompt_is_scheduled_under_speculative_decoding(target: Target, c
 def test_async_load_is_admitted_on_a_pool_that_fits(target: Target, case: StartupCase, data) -> None:
     """A lone full-length request whose prompt the connector holds (async load) completes on a
     pool the startup check sized for it (a drafter with its own KV: MTP-style)."""
+    require_capability(target, Capability.KV_CONNECTOR)
     plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
     cfg = plan.vllm_config
     assume(plan.starts and plan.groups and cfg.max_model_len >= 2)
@@ -74,6 +76,7 @@ def test_async_load_is_admitted_on_a_pool_that_fits(target: Target, case: Startu
 @recorded
 def test_fully_loaded_prompt_completes(target: Target, case: StartupCase, data) -> None:
     """A prompt whose every token the connector holds (the smallest prompt first) completes."""
+    require_capability(target, Capability.KV_CONNECTOR)
     plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
     cfg = plan.vllm_config
     assume(plan.starts and plan.groups and cfg.max_model_len >= 2)
@@ -90,6 +93,7 @@ def test_fully_loaded_prompt_completes(target: Target, case: StartupCase, data) 
 def test_loaded_mamba_state_is_predicted(target: Target, case: StartupCase, data) -> None:
     """Mamba ``align`` layouts (prefix caching on) with the connector: every allocation with
     connector-loaded tokens pulls what it predicted and no admitted step raises."""
+    require_capability(target, Capability.KV_CONNECTOR)
     plan = target.plan(replace(case.vllm_config, kv_connector=True), case.kv_cache_specs, case.available_memory)
     cfg = plan.vllm_config
     assume(plan.starts and plan.groups and cfg.max_model_len >= 3)

@@ -27,7 +27,7 @@ from kvverify.reference.planner import StartupPlan, blocks_per_request, bytes_pe
 from kvverify.reference.specs import CrossAttentionSpec, FullAttentionSpec, KVCacheSpec
 from kvverify.reference.workloads import full_length_request
 from kvverify.strategies import BLOCK_SIZES, StartupCase, boundary_int, lengths, override_memory, workloads
-from kvverify.targets.base import Target, TargetUnsupported
+from kvverify.targets.base import Feature, Target, TargetUnsupported, require
 
 
 @st.composite
@@ -125,9 +125,7 @@ def _startup_vs_full_request(target: Target, case: StartupCase, outputs: int, *,
 
     Reference only for now: the vLLM adapter's Requests are decoder-only (it would drop the
     encoder input, and with it the cross-attention blocks this judges)."""
-    if target.name != "reference":
-        import pytest
-        pytest.skip("the vllm target runs decoder-only requests (encoder inputs are not fed upstream)")
+    require(target, Feature.ENCODER_INPUTS)  # the vllm adapter's Requests are decoder-only
     plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
     length = plan.vllm_config.max_model_len
     assume(length >= 2 and plan.starts != refused and (plan.starts or plan.num_blocks >= 2))
@@ -181,9 +179,7 @@ def test_encoder_decoder_refusal_is_necessary(target: Target, case: StartupCase)
 def test_encoder_decoder_predictor_equals_allocator(target: Target, case: StartupCase, data) -> None:
     """Every admitted step of an encoder-decoder workload pulls exactly the blocks it predicted
     (cross-attention blocks included); reference only, as above."""
-    if target.name != "reference":
-        import pytest
-        pytest.skip("the vllm target runs decoder-only requests (encoder inputs are not fed upstream)")
+    require(target, Feature.ENCODER_INPUTS)  # the vllm adapter's Requests are decoder-only
     plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
     assume(plan.starts and plan.vllm_config.max_model_len >= 2)
     encoder = plan.vllm_config.encoder_tokens

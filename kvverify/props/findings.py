@@ -90,15 +90,16 @@ def finding_of(name: str) -> str:
 
 
 def present_on(name: str, target: str | None = None) -> bool:
-    """Whether the finding behind known failure ``name`` exists in the run's target: always on
-    the reference (it mirrors the pinned release); on the vllm target, per the installed
-    release's capabilities (``kvverify/targets/vllm/compat.py``: ``FINDING_CAPABILITY``).
-    Where it does not, the strict xfail does not apply and the property must pass."""
-    if target != "vllm":
-        return True
-    from kvverify.targets import get_target
-    expects = getattr(get_target("vllm"), "expects_finding", None)
-    return True if expects is None else bool(expects(finding_of(name)))
+    """Whether the finding behind known failure ``name`` exists in the run's target (the
+    ``--target`` name; ``None``: the reference), as the target answers it
+    (``Target.expects_finding``): always on the reference (it mirrors the pinned release); on
+    the vllm target, per the installed release's capabilities
+    (``kvverify/targets/vllm/findings.py``: ``FINDING_CAPABILITY``). Where it does not, the
+    strict xfail does not apply and the property must pass. A run whose target offers another
+    engine's contract (``--target sglang``) skips vLLM's properties: no finding applies."""
+    from kvverify.targets import DEFAULT_TARGET, get_target, targets_for
+    mine = targets_for(target or DEFAULT_TARGET).get("vllm")
+    return mine is not None and get_target(mine).expects_finding(finding_of(name))
 
 
 def xfail_mark(name: str) -> pytest.MarkDecorator:

@@ -9,7 +9,7 @@ Reference-only in the suite: the machine builds the reference ``KVCacheManager``
 ``--target`` says (:meth:`PoolMachine.make_manager` and :meth:`PoolMachine.make_request` are
 the two places a subclass changes that: ``tests/test_pool_machine_vllm.py`` runs it on
 upstream 0.33.0). A failure's report replays the program with ``record_steps`` on
-(:class:`kvverify.steptrace.RuleRecorder`) and draws it rule by rule.
+(:class:`kvverify.reference.steptrace.RuleRecorder`) and draws it rule by rule.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from kvverify.reference.kv_cache_manager import KVCacheManager
 from kvverify.reference.planner import plan_kv_cache
 from kvverify.reference.pool import hash_block_tokens
 from kvverify.reference.request import Request
-from kvverify.steptrace import RuleRecorder
+from kvverify.reference.steptrace import RuleRecorder
 from kvverify.strategies import startup_cases
 
 SHARED_PREFIX = tuple(range(10_000, 10_512))

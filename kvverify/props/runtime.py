@@ -18,7 +18,7 @@ from kvverify.props.recorder import recorded
 from kvverify.reference.driver import SchedulerLike, WorkloadSpec
 from kvverify.reference.planner import StartupPlan
 from kvverify.strategies import StartupCase, startup_cases, workloads
-from kvverify.targets.base import Target
+from kvverify.targets.base import Feature, Target, require
 
 
 
@@ -63,9 +63,7 @@ def _held_within_caps(target: Target, case: StartupCase, data) -> None:
 
 def check_caps_on_workload(target: Target, plan: StartupPlan, workload: Sequence[WorkloadSpec]) -> None:
     """Run ``workload`` and check the caps and the pool after every step."""
-    require = getattr(target, "require_feature", None)
-    if require is not None:  # a vLLM release without SWA / chunked admission caps skips, with the reason
-        require("admission_caps")
+    require(target, Feature.ADMISSION_CAPS)  # a vLLM release without SWA / chunked admission caps skips
     found: list[Violation] = []
 
     def on_step(sched: SchedulerLike, step: int) -> None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kvverify.errors import MAX_BLOCKS, MAX_BYTES, MAX_TOKENS, ConfigError, require_int
-from kvverify.reference.specs import MAMBA_CACHE_MODES
+from kvverify.errors import MAX_BLOCKS, MAX_BYTES, MAX_TOKENS, ConfigError
+from kvverify.reference.validation import require_int
 
 AUTO_MAX_MODEL_LEN = -1  # upstream's ``max_model_len=-1`` ("auto")
+MAMBA_CACHE_MODES = ("none", "align")  # upstream's ``CacheConfig.mamba_cache_mode`` values
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -36,11 +36,12 @@ from typing import Any, Callable, Protocol
 
 from kvverify.reference.config import VllmConfig
 from kvverify.reference.connector import ConnectorScript
-from kvverify.errors import ConfigError, PoolExhaustedError, require_int
+from kvverify.errors import ConfigError, PoolExhaustedError
+from kvverify.reference.validation import require_int
 from kvverify.reference.ops import cdiv
 from kvverify.reference.request import Request
 from kvverify.reference.scheduler import Scheduler
-from kvverify.steptrace import StepRecorder
+from kvverify.reference.steptrace import StepRecorder
 
 
 class StepOutputLike(Protocol):
@@ -205,7 +206,7 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
     ``connector`` (a :class:`~kvverify.reference.connector.ConnectorScript`) builds the
     scheduler with the scripted KV connector (``vllm_config.kv_connector`` must be on).
     ``on_step(scheduler, step)`` runs after every step (invariant checks); whatever it
-    raises propagates to the caller. ``recorder`` (opt-in, :class:`kvverify.steptrace.StepRecorder`)
+    raises propagates to the caller. ``recorder`` (opt-in, :class:`kvverify.reference.steptrace.StepRecorder`)
     records each step for the timeline pictures; without one the loop does no extra work.
     """
     reqs = [r.to_request() if isinstance(r, WorkloadSpec) else r for r in requests]

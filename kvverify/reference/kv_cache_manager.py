@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvverify.reference import arith
-from kvverify.errors import ConfigError, require_int
+from kvverify.errors import ConfigError
+from kvverify.reference.validation import require_int
 from kvverify.reference.managers import KVCacheCoordinator
 from kvverify.reference.pool import (
     BlockPool,

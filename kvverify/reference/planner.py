@@ -19,7 +19,8 @@ from typing import Callable, Mapping, Sequence
 from kvverify import fixes
 from kvverify.reference import arith
 from kvverify.reference.config import VllmConfig
-from kvverify.errors import ConfigError, StartupCheckError, require_int, MAX_BYTES
+from kvverify.errors import ConfigError, StartupCheckError, MAX_BYTES
+from kvverify.reference.validation import require_int
 from kvverify.reference.grouping import (
     KVCacheGroupSpec,
     get_global_kv_cache_groups,

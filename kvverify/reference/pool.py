@@ -28,7 +28,8 @@ import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
-from kvverify.errors import KVVerifyError, PoolExhaustedError, require_int
+from kvverify.errors import KVVerifyError, PoolExhaustedError
+from kvverify.reference.validation import require_int
 
 BlockHash = bytes
 """A chained block hash (sha256 digest): deterministic across processes."""

@@ -11,7 +11,8 @@ import enum
 import zlib
 from collections.abc import Callable, Sequence
 
-from kvverify.errors import MAX_TOKENS, ConfigError, KVVerifyError, require_int
+from kvverify.errors import MAX_TOKENS, ConfigError, KVVerifyError
+from kvverify.reference.validation import require_int
 from kvverify.reference.pool import BlockHash
 
 

@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, ClassVar, Mapping
+from typing import ClassVar, Mapping
 
 from kvverify import fixes
 from kvverify.reference import arith
 from kvverify.reference.dtypes import get_dtype_size
-from kvverify.errors import MAX_BYTES, MAX_TOKENS, ConfigError, require_int
-
-if TYPE_CHECKING:
-    from kvverify.reference.config import VllmConfig
-
-MAMBA_CACHE_MODES = ("none", "align")
+from kvverify.errors import MAX_BYTES, MAX_TOKENS, ConfigError
+from kvverify.reference.validation import require_int
+from kvverify.reference.config import MAMBA_CACHE_MODES, VllmConfig
 
 
 @dataclass(frozen=True, kw_only=True)

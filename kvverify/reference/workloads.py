@@ -8,7 +8,7 @@ decode-heavy splits stress different paths (chunked prefill vs decode growth).
 from __future__ import annotations
 
 from kvverify.reference.driver import WorkloadSpec
-from kvverify.errors import require_int
+from kvverify.reference.validation import require_int
 
 
 def full_length_request(max_model_len: int, num_output_tokens: int = 1, *,

@@ -38,7 +38,8 @@ different reports have different names.
 Modules: :mod:`~kvverify.reports.capture` (recording a failing call),
 :mod:`~kvverify.reports.serialize` (tagged JSON), :mod:`~kvverify.reports.build` (the
 report dict), :mod:`~kvverify.reports.stateful` (state machines),
-:mod:`~kvverify.reports.render` (Markdown, the HTML index), :mod:`~kvverify.reports.store`
+:mod:`~kvverify.reports.render` (Markdown), :mod:`~kvverify.reports.index` (the index,
+Markdown and HTML), :mod:`~kvverify.reports.store`
 (atomic writes), :mod:`~kvverify.reports.replay` (``kvverify replay``).
 """
 
@@ -78,7 +79,8 @@ from kvverify.reports.common import (
     reports_dir,
     switched,
 )
-from kvverify.reports.render import render_index, render_markdown
+from kvverify.reports.index import render_index
+from kvverify.reports.render import render_markdown
 from kvverify.reports.replay import (
     ReplayOutcome,
     load_module_from_file,

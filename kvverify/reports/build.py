@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from kvverify import flaws
+from kvverify import engines
 from kvverify.reports.capture import Capture, RecordingData, ReplayData
 from kvverify.reports.common import (
     MAX_TRACE_ROWS,
@@ -29,6 +29,7 @@ from kvverify.reports.common import (
     short_repr,
 )
 from kvverify.reports.serialize import NotSerializable, canonical_json, encode, plain
+from kvverify.reports.schema import relative_file
 from kvverify.reports.timeline import timeline_of_capture
 
 # --- violations ----------------------------------------------------------------------
@@ -115,8 +116,10 @@ def _parse_pairs(text: str) -> dict[str, Any]:
 # --- reports -------------------------------------------------------------------------
 
 
-def property_ref(fn: Any, *, name: str | None = None, file: str | None = None) -> dict[str, Any]:
-    """Where replay finds the property: module + attribute, and the file as a fallback."""
+def property_ref(fn: Any, *, name: str | None = None, file: str | None = None,
+                 directory: Path | None = None) -> dict[str, Any]:
+    """Where replay finds the property: module + attribute, and the file as a fallback (relative
+    to the working directory, and to the report's ``directory``: no absolute path)."""
     module = getattr(fn, "__module__", None)
     attr = name or getattr(fn, "__name__", None)
     if file is None:
@@ -125,22 +128,23 @@ def property_ref(fn: Any, *, name: str | None = None, file: str | None = None) -
             file = inspect.getsourcefile(inspect.unwrap(source))
         except (TypeError, OSError, ValueError):
             file = None
-    abs_file = None
+    # relative paths only: a report names no directory of the machine that wrote it
+    ref = {"module": module, "name": attr, "file": relative_file(os.path.abspath(file)) if file else None}
     if file:
-        abs_file = os.path.abspath(file)
-        try:
-            file = os.path.relpath(file)
-        except ValueError:
-            pass
-        if file.startswith(".."):
-            file = abs_file
-    return {"module": module, "name": attr, "file": file, "abs_file": abs_file}
+        here, there = os.path.abspath(file), os.path.abspath(directory or reports_dir())
+        try:  # only within one tree: a path that climbs to the root would name the machine's layout
+            common = Path(os.path.commonpath([here, there]))
+            ref["file_from_report"] = os.path.relpath(here, there) if len(common.parts) > 2 else None
+        except ValueError:  # another drive (Windows)
+            ref["file_from_report"] = None
+    return ref
 
 
 def resembles(flaw_names: Iterable[str]) -> list[dict[str, str]]:
     out = []
+    catalog = engines.flaw_catalog()
     for name in flaw_names:
-        f = flaws.CATALOG.get(name)
+        f = catalog.get(name)
         if f is not None:
             out.append({"flaw": f.name, "upstream": f.upstream, "symptom": f.symptom,
                         "defect": f.defect, "caught_by": f.caught_by})
@@ -161,7 +165,7 @@ def build_report(capture: Capture, *, found_by: str, name: str | None = None, fi
         except NotSerializable as e:
             replayable, why_not = False, f"argument {key!r}: {e}"
             example[key] = {"__repr__": short_repr(value, 400)}
-    ref = property_ref(capture.function, name=name, file=file)
+    ref = property_ref(capture.function, name=name, file=file, directory=directory)
     prop = ref["name"] or "property"
     report: dict[str, Any] = {
         "schema": SCHEMA,
@@ -237,7 +241,9 @@ def finish_report(report: dict[str, Any], directory: Path | None, *, pytest_cmd:
     key = report_key(report)
     report["id"] = f"{_safe_name(report['property'])}-{key}"
     where = (directory or reports_dir()) / f"{report['id']}.json"
-    report["replay"] = {"command": f"kvverify replay {display_path(where)}",
+    rel = relative_file(os.path.abspath(where))  # relative paths only: else the bare name, from its directory
+    report["replay"] = {"command": f"kvverify replay {rel or where.name}",
+                        "run_from": "." if rel else "the report's directory",
                         "pytest": pytest_cmd, "equivalent": equivalent}
     return report
 
@@ -247,7 +253,7 @@ def report_key(report: Mapping[str, Any]) -> str:
     ident = {k: report.get(k) for k in ("kind", "property", "target", "flaws", "fixes", "example", "z3_model")}
     # where the property lives, not where it was run from (a file path depends on the cwd)
     ident["property_ref"] = {k: v for k, v in (report.get("property_ref") or {}).items()
-                             if k not in ("file", "abs_file")}
+                             if k not in ("file", "abs_file", "file_from_report")}
     v = report.get("violation") or {}
     ident["violation"] = {"name": v.get("name"), "reason": v.get("reason")}
     return hashlib.sha256(canonical_json(ident).encode()).hexdigest()[:10]

@@ -19,8 +19,10 @@ import threading
 from collections import deque
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from kvverify import flaws
-from kvverify.reports.common import ReportError, active_fixes
+from hypothesis import is_hypothesis_test
+
+from kvverify.hypothesis_hooks import is_genuine_failure
+from kvverify.reports.common import ReportError, active_flaws, active_fixes
 
 
 class RecordingData:
@@ -180,7 +182,7 @@ _INSTALLED: dict[int, list[Any]] = {}  # id(fn) -> [fn, original inner_test, ref
 
 
 def is_property(fn: Any) -> bool:
-    return callable(fn) and getattr(fn, "is_hypothesis_test", False) and hasattr(fn, "hypothesis")
+    return callable(fn) and is_hypothesis_test(fn) and hasattr(fn, "hypothesis")
 
 
 def _is_data_object(value: Any) -> bool:
@@ -205,12 +207,12 @@ def _recording_inner(fn: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return inner(*args, **call_kwargs)
         except BaseException as e:
-            if is_rejection(e) or not _SINKS:
+            if not is_genuine_failure(e) or not _SINKS:
                 raise
             target_obj = kwargs.get("target")
             cap = Capture(function=fn, kwargs={k: v for k, v in call_kwargs.items() if k != "target"},
-                          exc=e, flaws=tuple(sorted(flaws.active())), fixes=tuple(sorted(active_fixes())),
-                          target_name=str(getattr(target_obj, "name", "reference")),
+                          exc=e, flaws=tuple(sorted(active_flaws())), fixes=tuple(sorted(active_fixes())),
+                          target_name=target_obj.name if target_obj is not None else "reference",
                           workloads=list(rec_target.workloads) if rec_target is not None else [],
                           runs=list(rec_target.runs) if rec_target is not None else [])
             for sink in _SINKS:
@@ -219,15 +221,6 @@ def _recording_inner(fn: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
 
     recording._kvverify_recording = True  # type: ignore[attr-defined]
     return recording
-
-
-def is_rejection(e: BaseException) -> bool:
-    """Hypothesis's control-flow exceptions (assume, stop) are not failures."""
-    try:
-        from hypothesis.errors import UnsatisfiedAssumption
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(e, UnsatisfiedAssumption) or type(e).__name__ in ("StopTest", "Frozen")
 
 
 @contextlib.contextmanager

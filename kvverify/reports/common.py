@@ -5,14 +5,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from kvverify import fixes, flaws
+from kvverify import engines
 from kvverify.errors import KVVerifyError
 
-SCHEMA = "kvverify.report/1"
+SCHEMA = "kvverify.report/2"  # kvverify.reports.schema: versions, migration
 REPORTS_ENV = "KVVERIFY_REPORTS_DIR"
 DEFAULT_DIR = "reports"
 INDEX_MD = "index.md"
@@ -34,18 +33,18 @@ def reports_dir(default: str | os.PathLike[str] | None = None) -> Path:
     return Path(default) if default is not None else Path(DEFAULT_DIR)
 
 
-def active_fixes() -> frozenset[str]:
-    return fixes.active()
+active_fixes = engines.active_fixes  #: every engine's fixes on in this context
+active_flaws = engines.active_flaws  #: every engine's flaws on in this context
 
 
 @contextlib.contextmanager
 def switched(flaw_names: Iterable[str] = (), fix_names: Iterable[str] = ()) -> Iterator[None]:
-    """Exactly these flaws and fixes on (a clean context: nothing inherited)."""
+    """Exactly these flaws and fixes on, each in its engine (a clean context: nothing inherited)."""
     flaw_names, fix_names = tuple(flaw_names), tuple(fix_names)
     for n in fix_names:
-        if n not in fixes.CATALOG:
-            raise ReportError(f"unknown fix {n!r}; known: {', '.join(fixes.CATALOG)}")
-    with flaws.only(*flaw_names), fixes.only(*fix_names):
+        if n not in engines.fix_names():
+            raise ReportError(f"unknown fix {n!r}; known: {', '.join(engines.fix_names())}")
+    with engines.only(flaws=flaw_names, fixes=fix_names):
         yield
 
 
@@ -67,16 +66,12 @@ def display_path(path: Path) -> str:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temp file in the same directory + ``os.replace``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Write ``text`` to ``path`` atomically (temp file in the same directory + ``os.replace``),
+    with the umask's mode, never through a symlink or onto a non-regular file
+    (:func:`kvverify.safefiles.write_text`; refused as a :class:`ReportError`)."""
+    from kvverify.safefiles import UnsafeOutput, write_text
+
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        write_text(path, text, what="report file")
+    except UnsafeOutput as e:
+        raise ReportError(str(e)) from None

@@ -25,9 +25,9 @@ from kvverify.reports.capture import (
     exception_family,
     instrument,
     is_property,
-    is_rejection,
 )
 from kvverify.reports.common import ReportError, switched
+from kvverify.reports.schema import moved_module
 from kvverify.reports.serialize import decode
 from kvverify.reports.stateful import steps_from_notes
 from kvverify.reports.store import load_report
@@ -48,12 +48,12 @@ class ReplayOutcome:
         return 1 if self.reproduced else 0
 
 
-def resolve_property(ref: Mapping[str, Any]) -> Any:
+def resolve_property(ref: Mapping[str, Any], loaded_from: str | None = None) -> Any:
     """The ``@given`` function a report names (see :func:`resolve`)."""
-    return resolve(ref, is_property, "property")
+    return resolve(ref, is_property, "property", loaded_from)
 
 
-def resolve(ref: Mapping[str, Any], accept: Any, what: str) -> Any:
+def resolve(ref: Mapping[str, Any], accept: Any, what: str, loaded_from: str | None = None) -> Any:
     """The object a report names, accepted by ``accept``.
 
     A :mod:`kvverify` object is imported by module and (dotted) name; a test file's is
@@ -61,7 +61,9 @@ def resolve(ref: Mapping[str, Any], accept: Any, what: str) -> Any:
     to its module name.
     """
     module_name, name = ref.get("module"), str(ref.get("name") or "")
-    files = [f for f in (ref.get("file"), ref.get("abs_file")) if f]
+    files = [f for f in (ref.get("file"),) if f]
+    if ref.get("file_from_report") and loaded_from:
+        files.append(str(Path(loaded_from).parent / str(ref["file_from_report"])))
     errors: list[str] = []
 
     def lookup(module: Any) -> Any:
@@ -73,11 +75,15 @@ def resolve(ref: Mapping[str, Any], accept: Any, what: str) -> Any:
     def from_module() -> Any:
         if not (module_name and name):
             return None
-        try:
-            return lookup(importlib.import_module(module_name))
-        except Exception as e:  # noqa: BLE001 - report the import failure
-            errors.append(f"{module_name}: {type(e).__name__}: {e}")
-            return None
+        for candidate in dict.fromkeys((str(module_name), moved_module(str(module_name)))):
+            try:
+                return lookup(importlib.import_module(candidate))
+            except ModuleNotFoundError as e:
+                errors.append(f"{candidate}: {e}")
+            except Exception as e:  # noqa: BLE001 - report the import failure
+                errors.append(f"{candidate}: {type(e).__name__}: {e}")
+                return None
+        return None
 
     def from_file() -> Any:
         for file in files:
@@ -137,16 +143,23 @@ def replay_report(report: Mapping[str, Any], *, target: str | None = None,
 
     from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings
     from hypothesis import strategies as st
+    from hypothesis.errors import UnsatisfiedAssumption
 
-    from kvverify.targets import get_target
+    from kvverify.targets import target_by_report_name
 
-    fn = resolve_property(report.get("property_ref") or {})
+    fn = resolve_property(report.get("property_ref") or {}, report.get("loaded_from"))
     # the arguments Hypothesis supplies: the body's parameters but the target (a fixture)
     given_kwargs = [p for p in inspect.signature(fn.hypothesis.inner_test).parameters if p != "target"]
-    tgt = get_target(target or report.get("target") or "reference")
+    tgt = target_by_report_name(target or report.get("target") or "reference",
+                                property_module=fn.__module__)
     expected = (report.get("violation") or {}).get("name")
     with switched(use_flaws, use_fixes):
-        example_kwargs = {k: decode(v) for k, v in (report.get("example") or {}).items()}
+        try:
+            example_kwargs = {k: decode(v) for k, v in (report.get("example") or {}).items()}
+        except ReportError:
+            raise
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+            raise ReportError(f"corrupt report: its example cannot be decoded ({type(e).__name__}: {e})") from None
         missing = set(given_kwargs) - set(example_kwargs)
         if missing:
             raise ReportError(f"the report lacks arguments {sorted(missing)} the property now takes")
@@ -157,9 +170,8 @@ def replay_report(report: Mapping[str, Any], *, target: str | None = None,
             ran["calls"] += 1
             try:
                 return inner(*args, **kwargs)
-            except BaseException as e:
-                if is_rejection(e):
-                    ran["rejected"] = True
+            except UnsatisfiedAssumption:  # assume() rejected the example
+                ran["rejected"] = True
                 raise
 
         # updated=(): a fresh body (signature and source through __wrapped__) that does not
@@ -231,7 +243,7 @@ def _replay_stateful(report: Mapping[str, Any], use_flaws: list[str], use_fixes:
     from kvverify.hypothesis_hooks import reproducing_machine
 
     machine = resolve(ref, lambda obj: isinstance(obj, type) and issubclass(obj, RuleBasedStateMachine),
-                      "state machine")
+                      "state machine", report.get("loaded_from"))
     replayer = reproducing_machine(machine, blob[0], blob[1].encode("ascii"))
     expected = (report.get("violation") or {}).get("name")
     with switched(use_flaws, use_fixes):

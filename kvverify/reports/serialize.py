@@ -99,11 +99,20 @@ def _class_path(cls: type) -> str:
 
 
 def _resolve_class(path: str) -> Any:
+    """The class a tagged value names; a class of a module that moved is found at its new home
+    (:func:`kvverify.reports.schema.moved_module`)."""
+    from kvverify.reports.schema import moved_module
+
     module_name, _, qualname = str(path).partition(":")
     if not (module_name == "kvverify" or module_name.startswith("kvverify.") or module_name in sys.modules):
         raise ReportError(f"refusing to load class {path!r}: only kvverify classes are rebuilt")
     try:
-        obj: Any = importlib.import_module(module_name)
+        try:
+            obj: Any = importlib.import_module(module_name)
+        except ModuleNotFoundError:
+            if moved_module(module_name) == module_name:
+                raise
+            obj = importlib.import_module(moved_module(module_name))
         for part in qualname.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as e:

@@ -171,7 +171,7 @@ def timeline_of_machine(machine: type, blob: tuple[str, str], violation: Mapping
                         flaw_names: Sequence[str] = (), fix_names: Sequence[str] = ()) -> dict[str, Any] | None:
     """The failing program replayed from its blob with ``record_steps`` on, rule by rule.
 
-    For machines that record (``record_steps``, a :class:`kvverify.steptrace.RuleRecorder` in
+    For machines that record (``record_steps``, a :class:`kvverify.reference.steptrace.RuleRecorder` in
     ``self.steps``, e.g. :class:`kvverify.props.pool_machine.PoolMachine`), under the report's
     flaws and fixes. ``None`` when the program built no pool; raises when it does not fail again.
     """

@@ -9,7 +9,8 @@ from typing import Any
 
 from kvverify.reports.build import build_lemma_report, build_report
 from kvverify.reports.capture import Capture
-from kvverify.reports.common import SCHEMA, ReportError, atomic_write_text, reports_dir
+from kvverify.reports.common import ReportError, atomic_write_text, reports_dir
+from kvverify.reports.schema import migrate
 from kvverify.reports.render import render_markdown
 from kvverify.reports.timeline import render_json, svg_sha256
 
@@ -59,9 +60,9 @@ def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ReportError(f"{p}: malformed JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise ReportError(f"{p}: not a kvverify report (schema {SCHEMA!r} expected)")
-    return data
+    report = migrate(data, str(p))
+    report["loaded_from"] = str(p)  # not written back: where replay looks for property_ref.file_from_report
+    return report
 
 
 def list_reports(directory: str | os.PathLike[str] | None = None) -> list[tuple[Path, dict[str, Any]]]:

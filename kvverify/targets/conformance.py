@@ -1,11 +1,13 @@
 """Does a target honour the :class:`~kvverify.targets.base.Target` contract?
 
 In the spirit of Hypothesis's ``run_conformance_test`` for alternative backends: not just
-``hasattr`` — :func:`check_target` calls every method of every capability the target lists
-with small valid inputs and checks what comes back (types, shapes, the few facts every
-faithful engine shares: a roomy pool starts, block 0 is the null block, a one-block request
-is admitted and completes). It returns the problems found, one line each; ``[]`` means the
-target conforms. ``tests/test_target_conformance.py`` runs it on the reference, the
+``hasattr`` (nor ``getattr``): :func:`check_target` first compares the members the contract's protocols
+declare (:func:`~kvverify.targets.base.protocol_members`) with the target's class, then calls
+every member of :class:`~kvverify.targets.base.TargetBase` and every method of every
+capability the target lists with small valid inputs and checks what comes back (types,
+shapes, the few facts every faithful engine shares: a roomy pool starts, block 0 is the null
+block, a one-block request is admitted and completes, hits of one group align to its block
+size). It returns the problems found, one line each; ``[]`` means the target conforms. ``tests/test_target_conformance.py`` runs it on the reference, the
 reference with each bug-zoo flaw on, fakes (a conforming one and broken ones, which it
 must reject) and the vLLM adapter when vLLM is importable.
 """
@@ -14,23 +16,36 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
+from kvverify import fixes
 from kvverify.reference.config import VllmConfig
-from kvverify.reference.driver import WorkloadResult
+from kvverify.reference.driver import SchedulerLike, WorkloadResult
 from kvverify.reference.planner import KVCacheConfig, StartupPlan
 from kvverify.reference.specs import FullAttentionSpec, KVCacheSpec
 from kvverify.reference.workloads import full_length_request
-from kvverify.targets.base import Capability, capability_methods
+from kvverify.targets.base import (
+    CAPABILITY_PROTOCOLS,
+    Capability,
+    Feature,
+    KVCacheManagerLike,
+    Target,
+    TargetBase,
+    has,
+    protocol_members,
+)
 
 #: the probe model: two full-attention layers, B = 16, L = 64 (4 blocks per request and layer)
 BLOCK_SIZE = 16
 MAX_MODEL_LEN = 64
 NUM_BLOCKS = 32  # roomy: 31 usable blocks, 4 needed per request (one group)
 PROBE_MEMORY = 2 * NUM_BLOCKS * 2 * (BLOCK_SIZE * 2 * 128 * 2)  # 2 x N blocks of 2 fp16 layers
-_SCHEDULER_METHODS = ("add_request", "has_unfinished_requests", "get_request_counts", "step")
-_SCHEDULER_ATTRS = ("max_model_len", "max_num_scheduled_tokens", "kv_cache_manager", "running", "waiting",
-                    "finished", "num_preemptions")
+#: findings whose questions the probe asks: every proposed fix's finding, and one no target knows
+#: (expected: unknown findings are strict)
+UNKNOWN_FINDING = "F0-unknown"
+PROBE_FINDINGS = (*sorted({f.finding_id for f in fixes.CATALOG.values()}), UNKNOWN_FINDING)
+
+Call = Callable[[str, Callable[[], Any]], Any]
 
 
 def probe_specs() -> dict[str, KVCacheSpec]:
@@ -48,20 +63,48 @@ def probe_config(**overrides: Any) -> VllmConfig:
     return VllmConfig(**kw)
 
 
-def check_target(target: Any) -> list[str]:
+def missing_members(obj: object, proto: type) -> list[str]:
+    """The members ``proto`` declares that ``obj`` lacks, read off ``obj``'s class (and, for an
+    attribute, its instance dict): a method must be a callable of the class."""
+    cls_attrs: dict[str, Any] = {}
+    for klass in reversed(type(obj).__mro__):
+        cls_attrs.update(vars(klass))
+    try:
+        own: dict[str, Any] = vars(obj)
+    except TypeError:  # no instance dict (__slots__)
+        own = {}
+    out = []
+    for name, kind in protocol_members(proto).items():
+        if kind == "method":
+            if not callable(cls_attrs.get(name)):
+                out.append(name)
+        elif name not in cls_attrs and name not in own:
+            out.append(name)
+    return out
+
+
+def _reason_or_none(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and bool(value))
+
+
+def check_target(target: object) -> list[str]:
     """Every way ``target`` breaks the contract, one line each (``[]``: it conforms)."""
-    problems: list[str] = []
-    name = getattr(target, "name", None)
+    missing = missing_members(target, TargetBase)
+    problems = [f"{m}: missing" for m in missing]
+    if {"name", "capabilities"} & set(missing):
+        return problems
+    t = cast(Target, target)
+    name = t.name
     if not isinstance(name, str) or not name:
         problems.append(f"name: expected a non-empty str, got {name!r}")
-    caps = getattr(target, "capabilities", None)
+    if "version" not in missing and (not isinstance(t.version, str) or not t.version):
+        problems.append(f"version: expected a non-empty str, got {t.version!r}")
+    caps = t.capabilities
     if not isinstance(caps, frozenset) or not all(isinstance(c, Capability) for c in caps):
         problems.append(f"capabilities: expected a frozenset of Capability, got {caps!r}")
         return problems
     for cap in sorted(caps, key=lambda c: c.value):
-        for method in capability_methods(cap):
-            if not callable(getattr(target, method, None)):
-                problems.append(f"{cap.value}: {method}() missing")
+        problems += [f"{cap.value}: {m}() missing" for m in missing_members(target, CAPABILITY_PROTOCOLS[cap])]
     if problems:
         return problems
 
@@ -72,26 +115,46 @@ def check_target(target: Any) -> list[str]:
             problems.append(f"{label}: raised {type(e).__name__}: {e}")
             return None
 
+    _check_base(t, call, problems)
+    if problems:
+        return problems  # the features are asked below: their answers must be readable
     config, specs = probe_config(), probe_specs()
     plan = None
     if Capability.PLANNER in caps or caps & {Capability.BLOCK_SIZES, Capability.RUNTIME, Capability.SCHEDULER}:
-        plan = call("plan", lambda: target.plan(config, [specs]))
+        plan = call("plan", lambda: t.plan(config, [specs]))
         if plan is not None and not _plan_ok(plan, problems):
             plan = None
     if plan is None:
         return problems or ["plan: no plan to probe the other capabilities with"]
 
     if Capability.PLANNER in caps:
-        _check_planner(target, plan, call, problems)
+        _check_planner(t, plan, call, problems)
     if Capability.BLOCK_SIZES in caps:
-        _check_block_sizes(target, plan, call, problems)
+        _check_block_sizes(t, plan, call, problems)
     if Capability.RUNTIME in caps:
-        _check_runtime(target, plan, call, problems)
+        _check_runtime(t, plan, call, problems)
     if Capability.SCHEDULER in caps:
-        _check_scheduler(target, plan, call, problems)
+        _check_scheduler(t, plan, call, problems)
     if Capability.KV_CONNECTOR in caps:
-        _check_kv_connector(target, config, specs, call, problems)
+        _check_kv_connector(t, config, specs, call, problems)
     return problems
+
+
+def _check_base(target: Target, call: Call, problems: list[str]) -> None:
+    """The features (``None`` or a reason each) and the findings (expected?, masked?)."""
+    for feature in Feature:
+        why = call(f"lacks({feature.value})", lambda: target.lacks(feature))
+        if not _reason_or_none(why):
+            problems.append(f"lacks: expected None or a reason (a non-empty str) for {feature.value}, got {why!r}")
+    for finding in PROBE_FINDINGS:
+        expected = call(f"expects_finding({finding})", lambda: target.expects_finding(finding))
+        if not isinstance(expected, bool):
+            problems.append(f"expects_finding: expected a bool for {finding}, got {expected!r}")
+        elif finding == UNKNOWN_FINDING and not expected:
+            problems.append(f"expects_finding: an unknown finding ({finding}) must be expected (strict)")
+        masked = call(f"finding_replay_masked({finding})", lambda: target.finding_replay_masked(finding))
+        if not _reason_or_none(masked):
+            problems.append(f"finding_replay_masked: expected None or a reason for {finding}, got {masked!r}")
 
 
 def _plan_ok(plan: Any, problems: list[str]) -> bool:
@@ -115,8 +178,7 @@ def _plan_ok(plan: Any, problems: list[str]) -> bool:
     return ok
 
 
-def _check_planner(target: Any, plan: StartupPlan, call: Callable[[str, Callable[[], Any]], Any],
-                   problems: list[str]) -> None:
+def _check_planner(target: Target, plan: StartupPlan, call: Call, problems: list[str]) -> None:
     refused = call("plan (refusal)", lambda: target.plan(
         probe_config(num_gpu_blocks_override=None, kv_cache_memory_bytes=2 * plan.bytes_per_block), [probe_specs()]))
     if refused is not None and (not isinstance(refused, StartupPlan) or refused.starts
@@ -146,8 +208,7 @@ def _check_planner(target: Any, plan: StartupPlan, call: Callable[[str, Callable
                         f"got {short!r}")
 
 
-def _check_block_sizes(target: Any, plan: StartupPlan, call: Callable[[str, Callable[[], Any]], Any],
-                       problems: list[str]) -> None:
+def _check_block_sizes(target: Target, plan: StartupPlan, call: Call, problems: list[str]) -> None:
     sizes = call("resolve_block_sizes", lambda: target.resolve_block_sizes(plan.kv_cache_config, plan.vllm_config))
     if sizes is None:
         return
@@ -162,14 +223,19 @@ def _check_block_sizes(target: Any, plan: StartupPlan, call: Callable[[str, Call
                     lambda: target.coordinator_accepts(plan.kv_cache_config, plan.vllm_config, *sizes))
     if accepted is not None:
         problems.append(f"coordinator_accepts: the resolved sizes must be accepted (None), got {accepted!r}")
+    if not has(target, Feature.CACHE_HIT_ALIGNMENT):
+        return
+    align = call("resolve_cache_hit_alignment_tokens",
+                 lambda: target.resolve_cache_hit_alignment_tokens(plan.kv_cache_config, plan.vllm_config, *sizes))
+    if align is not None and (not isinstance(align, int) or isinstance(align, bool) or align != sizes[0]):
+        problems.append(f"resolve_cache_hit_alignment_tokens: hits of one group align to the scheduler block "
+                        f"size {sizes[0]} (a positive int), got {align!r}")
 
 
-def _check_runtime(target: Any, plan: StartupPlan, call: Callable[[str, Callable[[], Any]], Any],
-                   problems: list[str]) -> None:
+def _check_runtime(target: Target, plan: StartupPlan, call: Call, problems: list[str]) -> None:
     kvm = call("kv_cache_manager", lambda: target.kv_cache_manager(plan))
     if kvm is not None:
-        missing = [a for a in ("block_pool", "coordinator", "get_num_free_blocks", "num_held_blocks")
-                   if not hasattr(kvm, a)]
+        missing = missing_members(kvm, KVCacheManagerLike)
         if missing:
             problems.append(f"kv_cache_manager: the manager lacks {missing}")
         else:
@@ -193,12 +259,10 @@ def _check_runtime(target: Any, plan: StartupPlan, call: Callable[[str, Callable
         problems.append(f"admit_on_empty_pool: expected int gate_charged_blocks and free_blocks, got {info!r}")
 
 
-def _check_scheduler(target: Any, plan: StartupPlan, call: Callable[[str, Callable[[], Any]], Any],
-                     problems: list[str]) -> None:
+def _check_scheduler(target: Target, plan: StartupPlan, call: Call, problems: list[str]) -> None:
     sched = call("scheduler", lambda: target.scheduler(plan))
     if sched is not None:
-        missing = [m for m in _SCHEDULER_METHODS if not callable(getattr(sched, m, None))]
-        missing += [a for a in _SCHEDULER_ATTRS if not hasattr(sched, a)]
+        missing = missing_members(sched, SchedulerLike)
         if missing:
             problems.append(f"scheduler: lacks {missing}")
         else:
@@ -227,10 +291,7 @@ def _check_scheduler(target: Any, plan: StartupPlan, call: Callable[[str, Callab
         problems.append(f"run_workload: every block is freed after the request, got {result.free_blocks} free")
 
 
-_CONNECTOR_ATTRS = ("kv_holding_waiting", "has_pending_external_events", "kv_transfer_state")
-
-
-def _check_kv_connector(target: Any, config: VllmConfig, specs: dict[str, KVCacheSpec],
+def _check_kv_connector(target: Target, config: VllmConfig, specs: dict[str, KVCacheSpec],
                         call: Callable[[str, Callable[[], Any]], Any], problems: list[str]) -> None:
     """A prompt whose first two blocks the connector loads asynchronously (one step), with one or
     two batches in flight, completes with its outputs and frees every block."""
@@ -247,7 +308,7 @@ def _check_kv_connector(target: Any, config: VllmConfig, specs: dict[str, KVCach
         sched = call("connector_scheduler", lambda: target.connector_scheduler(plan, script))
         if sched is None:
             return
-        missing = [a for a in _SCHEDULER_ATTRS + _SCHEDULER_METHODS + _CONNECTOR_ATTRS if not hasattr(sched, a)]
+        missing = missing_members(sched, SchedulerLike)
         if missing:
             problems.append(f"connector_scheduler: lacks {missing}")
             return
@@ -259,6 +320,6 @@ def _check_kv_connector(target: Any, config: VllmConfig, specs: dict[str, KVCach
             return
         if (not isinstance(result, WorkloadResult) or not result.completed or result.num_output_tokens != 2
                 or result.free_blocks != NUM_BLOCKS - 1):
-            problems.append(f"run_connector_workload ({batches} batch(es) in flight): a full-length request "
+            problems.append(f"run_connector_workload: ({batches} batch(es) in flight) a full-length request "
                             f"with a 2-block async load on a roomy pool must complete with its 2 outputs and "
                             f"free every block, got {result!r}")

@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from kvverify.reference import planner
-from kvverify.reference.block_sizes import BlockSizeError, resolve_kv_cache_block_sizes, validate_coordinator_block_sizes
+from kvverify.reference.block_sizes import (
+    BlockSizeError,
+    resolve_cache_hit_alignment_tokens,
+    resolve_kv_cache_block_sizes,
+    validate_coordinator_block_sizes,
+)
 from kvverify.reference.config import VllmConfig
 from kvverify.reference.connector import ConnectorScript
 from kvverify.reference.driver import SchedulerLike, WorkloadResult, WorkloadSpec, run_workload
@@ -14,15 +19,31 @@ from kvverify.reference.planner import KVCacheConfig, StartupPlan, plan_kv_cache
 from kvverify.reference.scheduler import Scheduler
 from kvverify.reference.specs import KVCacheSpec
 from kvverify.errors import StartupCheckError
-from kvverify.steptrace import StepRecorder
-from kvverify.targets.base import Capability
+from kvverify.reference.steptrace import StepRecorder
+from kvverify.targets.base import Capability, Feature
+from kvverify.targets.vllm.support import REFERENCE_RELEASE
 
 
 class ReferenceTarget:
-    """The reference behind the :class:`~kvverify.targets.base.Target` contract: every capability."""
+    """The reference behind the :class:`~kvverify.targets.base.Target` contract: every
+    capability and every feature; it mirrors the pinned vLLM release, so every known finding
+    is in it (its fixes are options: :mod:`kvverify.fixes`)."""
 
     name = "reference"
+    version = REFERENCE_RELEASE
     capabilities = frozenset(Capability)
+
+    def lacks(self, feature: Feature) -> str | None:
+        """Nothing: the reference has every feature."""
+        return None
+
+    def expects_finding(self, finding: str) -> bool:
+        """Every known finding: the reference mirrors the release they were found in."""
+        return True
+
+    def finding_replay_masked(self, finding: str) -> str | None:
+        """No replay is masked: the reference has no other defect that fails it first."""
+        return None
 
     # -- planner --
 
@@ -64,6 +85,12 @@ class ReferenceTarget:
         except BlockSizeError as e:
             return f"{type(e).__name__}: {e}"
         return None
+
+    def resolve_cache_hit_alignment_tokens(self, kv_cache_config: KVCacheConfig, vllm_config: VllmConfig,
+                                           scheduler_block_size: int, hash_block_size: int) -> int:
+        """``resolve_cache_hit_alignment_tokens``."""
+        return resolve_cache_hit_alignment_tokens(kv_cache_config, vllm_config, scheduler_block_size,
+                                                  hash_block_size)
 
     # -- runtime --
 

@@ -809,7 +809,8 @@ def _sites() -> list[Site]:
 
 
 def _reached(row: Refusal) -> tuple[str, int]:
-    """(module, line) of the innermost reference frame that raised (``require_count`` skipped)."""
+    """(module, line) of the innermost reference frame that raised (the field helpers ``require_count``
+    and ``validation.require_int`` skipped: the row is reached at their caller)."""
     try:
         row.call()
     except Exception as err:  # noqa: BLE001 - any refusal; test_refusal checks its class
@@ -818,7 +819,7 @@ def _reached(row: Refusal) -> tuple[str, int]:
         raise AssertionError(f"{row.id}: nothing raised")
     for frame in reversed(frames):
         path = Path(frame.filename).resolve()
-        if REFERENCE in path.parents and frame.name != "require_count":
+        if REFERENCE in path.parents and frame.name != "require_count" and path.name != "validation.py":
             return path.relative_to(REFERENCE).as_posix(), frame.lineno or 0
     raise AssertionError(f"{row.id}: no reference frame in the traceback")
 

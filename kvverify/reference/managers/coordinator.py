@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvverify.reference.block_sizes import validate_coordinator_block_sizes
-from kvverify.errors import ConfigError, require_int
+from kvverify.errors import ConfigError
+from kvverify.reference.validation import require_int
 from kvverify.reference.managers.base import SingleTypeKVCacheManager, behaviour_spec
 from kvverify.reference.managers.cross_attention import (
     CrossAttentionManager,

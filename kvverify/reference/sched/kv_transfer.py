@@ -144,12 +144,18 @@ class KVTransfer:
 
     # -- the async-load gate (#44560, #57104) --
 
+    @staticmethod
+    def _spec_unreserved() -> bool:
+        """Flaw ``spec_blocks_unreserved_after_load`` (#57104): the gate reserves no speculative
+        slots, neither the admitted load's own step nor the other parked loads'."""
+        return flaws.is_on("spec_blocks_unreserved_after_load")
+
     def _request_remaining_blocks(self, request: Request) -> int:
         """Blocks ``request`` still needs to hold its full sequence and be promoted (with a
         speculative config: the slots of its first speculative step too)."""
         full = min(request.num_tokens, self.max_model_len)
         num_tokens = full
-        if self.num_spec_tokens and not flaws.is_on("spec_blocks_unreserved_after_load"):
+        if self.num_spec_tokens and not self._spec_unreserved():
             num_tokens += 1 + self.num_spec_tokens + self.num_lookahead_tokens
         kvm = self.kv_cache_manager
         return kvm.coordinator.get_num_blocks_to_allocate(
@@ -165,7 +171,7 @@ class KVTransfer:
         in-flight prefills' remaining blocks and the blocks of its own first speculative step."""
         if flaws.is_on("async_load_unreserved"):
             return 0  # #45388: before #44560 the load could take blocks other prefills need
-        spec = 0 if flaws.is_on("spec_blocks_unreserved_after_load") else self._spec_decode_step_blocks
+        spec = 0 if self._spec_unreserved() else self._spec_decode_step_blocks
         if spec and fixes.is_on("async_load_reserves_own_need"):
             # finding F11: only what the request still needs after the load, speculative slots
             # included (never past max_model_len: allocate_slots caps its slots there)

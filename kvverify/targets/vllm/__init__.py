@@ -1,18 +1,20 @@
-"""The ``vllm`` target: the reference's interface over an installed vLLM release, 0.19.1 … 0.33.0.
+"""The ``vllm`` target: the reference's interface over an installed vLLM release.
 
-One adapter for every supported release; what differs between releases is detected (which
-modules, functions, parameters and fields exist) and written down in one module,
-:mod:`.compat`. Importing kvverify never imports vLLM: every vLLM import is inside
+One adapter for every supported release (:mod:`.support`: the range, written once); what
+differs between releases is detected (which modules, functions, parameters and fields exist)
+in one module, :mod:`.compat`. Importing kvverify never imports vLLM: every vLLM import is inside
 :func:`.env.upstream`, called when a :class:`VllmTarget` is built. ``VllmTarget()`` raises
 a clear :class:`~kvverify.errors.KVVerifyError` when vLLM is not importable (install it
 with ``scripts/install-vllm-target.sh``) or is outside the supported range.
 
 By concern:
 
-* :mod:`.env` — environment, CPU platform, the lazy import.
-* :mod:`.compat` — the per-release differences (capabilities, keyword drift, findings per release).
+* :mod:`.support` — the supported range and the pin.
+* :mod:`.env` — environment, CPU platform, the lazy import (:class:`.env.Upstream`).
+* :mod:`.compat` — the per-release differences (capabilities, keyword drift), every probe.
+* :mod:`.findings` — which known findings each release has.
 * :mod:`.refusals` — per-input rejection, per-property skip, per-release "lacks" skip.
-* :mod:`.specs`, :mod:`.config` — kvverify specs / plans / configs <-> upstream, both ways.
+* :mod:`.specs`, :mod:`.config`, :mod:`.knobs` — kvverify specs / plans / configs <-> upstream.
 * :mod:`.planner` — ``plan``, the public capacity helpers, block sizes and the coordinator.
 * :mod:`.runtime` — the pool, the KV cache manager, empty-pool admission.
 * :mod:`.scheduler` — :class:`UpstreamScheduler`, the shim the workload driver steps.
@@ -26,21 +28,20 @@ lacks skips the property with the reason.
 
 from __future__ import annotations
 
-from kvverify.targets.vllm.compat import REFERENCE_RELEASE, SUPPORTED
 from kvverify.targets.vllm.config import upstream_config
 from kvverify.targets.vllm.env import vllm_available
 from kvverify.targets.vllm.refusals import (
     ReleaseLacks,
     TargetUnsupported,
     lacks,
-    require,
     skip_unsupported,
     unsupported,
 )
 from kvverify.targets.vllm.runtime import UpstreamKVCacheManager
 from kvverify.targets.vllm.scheduler import UpstreamScheduler
+from kvverify.targets.vllm.support import REFERENCE_RELEASE, SUPPORTED
 from kvverify.targets.vllm.target import VllmTarget
 
 __all__ = ["REFERENCE_RELEASE", "SUPPORTED", "ReleaseLacks", "TargetUnsupported", "UpstreamKVCacheManager",
-           "UpstreamScheduler", "VllmTarget", "lacks", "require", "skip_unsupported", "unsupported",
+           "UpstreamScheduler", "VllmTarget", "lacks", "skip_unsupported", "unsupported",
            "upstream_config", "vllm_available"]

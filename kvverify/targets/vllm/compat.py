@@ -1,12 +1,16 @@
-"""The per-release differences of vLLM 0.19.1 … 0.33.0 — the one place they are written down.
+"""The per-release differences of the supported vLLM releases — the one place they are detected.
 
 Everything here is *detected* from what the installed release exposes (a module that
-imports, a function that exists, a parameter in a signature, a dataclass field), not read
-off the version string; the version only bounds the supported range and names the release
-in messages. :func:`detect` works on plain module objects, so the logic is tested with
-small fakes (``tests/test_vllm_compat.py``) without installing any release.
+imports, a function that exists, a parameter in a signature, a dataclass field, an attribute
+a class's own code sets), not read off the version string; the version only bounds the
+supported range (:mod:`.support`) and names the release in messages. :func:`detect` works on
+plain module objects, so every probe is tested with small fakes (``tests/test_vllm_compat.py``)
+without installing any release. The rest of the adapter asks :class:`Compat`, by name; it
+never probes a release's KV-cache API itself (only :func:`.env.select_cpu_platform` asks the
+platform registry which platform it would pick, before anything here can be imported).
 
-Measured drift (``/work/notes/api-drift.md``, ``docs/vllm-target-notes.md``):
+Measured drift (``docs/vllm-target.md``, "How drift is absorbed"; ``docs/vllm-target-notes.md``,
+section 9, "Older releases"):
 
 ==========================  =========================================================
 capability                  releases that differ
@@ -15,8 +19,8 @@ capability                  releases that differ
                             ``kv_cache_planning`` / ``kv_cache_config_builder``)
 ``global_groups``           <= 0.32: no ``get_global_kv_cache_groups``;
                             ``get_kv_cache_configs(vllm_config, specs, memory)``
-``layout_resolution``       <= 0.27: no ``resolve_kv_cache_layout``
-``tensor_layout``           <= 0.27: ``KVCacheTensor(size, shared_by)``
+``layout_resolution``       <= 0.28: no ``resolve_kv_cache_layout``
+``tensor_layout``           <= 0.28: ``KVCacheTensor(size, shared_by)``
 ``block_size_resolution``   <= 0.19: no ``resolve_kv_cache_block_sizes`` (one block size)
 ``admission_gate``          <= 0.19: ``KVCacheManager.can_fit_full_sequence``
 ``admission_caps``          <= 0.19: no SWA / chunked-local admission cap (no
@@ -26,15 +30,41 @@ capability                  releases that differ
 ``params``                  keyword drift of the coordinator, the manager, the scheduler;
                             the in-flight window is ``max_num_batched_tokens`` in
                             0.20-0.25, ``max_in_flight_tokens`` from 0.27, absent in
-                            0.19 (:meth:`Compat.in_flight_param`);
-                            ``_pool_bytes_per_block`` takes ``vllm_config`` in 0.25-0.28
-                            and 0.32+, only the groups in 0.22 and 0.29-0.31
+                            0.19 (:meth:`Compat.in_flight_param`)
+``pool_bytes``              ``_pool_bytes_per_block`` takes ``vllm_config`` in 0.25-0.28
+                            and 0.32, only the groups in 0.22 and 0.29-0.31, is absent
+                            in 0.19-0.20; 0.33 asks the config builder
+``in_flight_tokens``        <= 0.25: no ``VllmConfig.max_in_flight_tokens``
+``lookahead_property``      <= 0.27: no ``VllmConfig.num_lookahead_tokens`` property (the
+                            Scheduler derives lookahead itself)
+``prefill_lookahead``       <= 0.29: no ``num_prefill_lookahead_tokens``
+``prefix_cacheable``        <= 0.28: no ``KVCacheSpec.prefix_cacheable``
+``*_retention``             <= 0.28: no ``prefix_cache_retention_interval`` (on
+                            ``CacheConfig`` and ``KVCacheConfig`` from 0.29)
+``cache_hit_alignment``     <= 0.31: no ``resolve_cache_hit_alignment_tokens``
+``kv_holding_waiting``      <= 0.29: no separate queue of waiting requests holding blocks
+``drained_first``           0.27 - 0.29: one ``skipped_waiting`` queue, drained first, for
+                            every skipped request (#45406 / #57841)
+``kv_connector``            the scheduler-side connector API the scripted connector plugs
+                            into (``KVConnectorBase_V1``, ``KVConnectorOutput``,
+                            ``KVTransferConfig.kv_connector_module_path``)
+``kv_failed_recving``       <= 0.30: no ``KVConnectorOutput.failed_recving``
+``kv_supports_hma``         ``SupportsHMA`` (a connector next to the hybrid manager)
+``kv_spec_step_blocks``     <= 0.30: the async-load gate reserves no speculative step
+                            (``_spec_decode_step_blocks``, #57104)
+``spec_decode_padding``     the waiting scan pads a one-token decode (``pad_spec_decode``)
 ==========================  =========================================================
 
 A knob a release does not have is dropped when it holds its neutral value (it then means
 what the release did before the knob existed) and refused otherwise: the example is
 rejected with the reason (:func:`fit_kwargs`). A capability a property needs and the
 release lacks skips the property with the reason (:func:`~.refusals.lacks`).
+
+Every symbol :func:`detect` looks for goes through one reader (:class:`_Release`), which
+records each one the release lacks (``Compat.absent``: ``"module.name"`` or
+``"module.Class.attr"``). Telling an absence the adapter knows (a capability value above
+explains it) from one it does not — a :class:`DriftError` naming the symbol and the release
+— is therefore one check over ``absent`` at the end of :func:`detect`.
 """
 
 from __future__ import annotations
@@ -42,16 +72,12 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-from collections.abc import Callable, Mapping
+import types
+from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
 from typing import Any
 
-#: Oldest and newest release the adapter supports (inclusive).
-SUPPORTED_MIN = (0, 19, 1)
-SUPPORTED_MAX = (0, 33, 0)
-SUPPORTED = "0.19.1 … 0.33.0"
-#: The release the reference mirrors (the differential compares against it).
-REFERENCE_RELEASE = "0.33.0"
+from kvverify.targets.vllm.support import REFERENCE_RELEASE, SUPPORTED, SUPPORTED_MAX, SUPPORTED_MIN
 
 #: Modules the adapter may import; a missing one is ``None`` in :func:`detect`'s input.
 MODULES = (
@@ -66,6 +92,8 @@ MODULES = (
     "vllm.v1.core.kv_cache_utils",
     "vllm.v1.core.kv_cache_coordinator",
     "vllm.v1.core.kv_cache_manager",
+    "vllm.v1.core.block_pool",
+    "vllm.v1.core.sched.output",
     "vllm.v1.core.sched.scheduler",
     "vllm.v1.core.single_type_kv_cache_manager",
     "vllm.v1.outputs",
@@ -73,6 +101,13 @@ MODULES = (
     "vllm.v1.structured_output",
     "vllm.distributed.kv_transfer.kv_connector.v1.base",
 )
+
+_UTILS = "vllm.v1.core.kv_cache_utils"
+_IFACE = "vllm.v1.kv_cache_interface"
+_BACKENDS = "vllm.v1.attention.backends.utils"
+_BUILDER = "vllm.v1.core.kv_cache_config_builder"
+_SCHED = "vllm.v1.core.sched.scheduler"
+_CONNECTOR = "vllm.distributed.kv_transfer.kv_connector.v1.base"
 
 
 class DriftError(ImportError):
@@ -85,7 +120,7 @@ def parse_version(version: str) -> tuple[int, ...] | None:
 
 
 def unsupported_release(version: str) -> str | None:
-    """Why ``version`` is outside the supported range, or ``None``."""
+    """Why ``version`` is outside the supported range (:mod:`.support`), or ``None``."""
     v = parse_version(version)
     if v is None:
         return f"cannot read the vLLM version {version!r}; the vllm target supports {SUPPORTED}"
@@ -114,40 +149,185 @@ def accepts_any_keyword(fn: Any) -> bool:
         return False
 
 
+def constructor_fields(cls: type) -> frozenset[str]:
+    """Fields of an upstream spec / tensor class (a dataclass: all its fields; else its signature)."""
+    if dataclasses.is_dataclass(cls):
+        return frozenset(f.name for f in dataclasses.fields(cls))
+    return frozenset(inspect.signature(cls).parameters)
+
+
+def _config_fields(cls: Any) -> frozenset[str]:
+    """Fields of an upstream config class (a dataclass, or a pydantic dataclass's model fields)."""
+    names = set(getattr(cls, "__dataclass_fields__", {}) or {})
+    names |= set(getattr(cls, "model_fields", {}) or {})
+    return frozenset(names)
+
+
+def _code_names(code: types.CodeType) -> Iterator[str]:
+    yield from code.co_names
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_names(const)
+
+
+def class_code_names(cls: type) -> frozenset[str]:
+    """Every attribute name the methods of ``cls`` (and its bases) load or store: an instance
+    attribute set in ``__init__`` (``self.kv_holding_waiting = ...``) is found this way."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if klass is object:
+            continue
+        for value in vars(klass).values():
+            fn = value.fget if isinstance(value, property) else getattr(value, "__func__", value)
+            code = getattr(fn, "__code__", None)
+            if isinstance(code, types.CodeType):
+                names.update(_code_names(code))
+    return frozenset(names)
+
+
+_MISSING = object()
+
+
+class _Release:
+    """The release's modules, read by :func:`detect`: every symbol looked for and not found is
+    recorded in :attr:`absent` (``"module.name"``, ``"module.Class.attr"``)."""
+
+    def __init__(self, modules: Mapping[str, ModuleType | None]) -> None:
+        self.modules = modules
+        self.absent: set[str] = set()
+
+    def module(self, name: str) -> ModuleType | None:
+        mod = self.modules.get(name)
+        if mod is None:
+            self.absent.add(name)
+        return mod
+
+    def symbol(self, module: str, name: str) -> Any:
+        """``module.name``, or ``None`` when the release has no such module or name."""
+        mod = self.modules.get(module)
+        value = getattr(mod, name, _MISSING) if mod is not None else _MISSING
+        if value is _MISSING or value is None:
+            self.absent.add(f"{module}.{name}")
+            return None
+        return value
+
+    def member(self, module: str, cls_name: str, name: str) -> Any:
+        """``module.Class.name`` (a class attribute: method, property, field default), or ``None``."""
+        cls = self.symbol(module, cls_name)
+        value = getattr(cls, name, _MISSING) if cls is not None else _MISSING
+        if value is _MISSING:
+            self.absent.add(f"{module}.{cls_name}.{name}")
+            return None
+        return value
+
+    def has_member(self, module: str, cls_name: str, name: str) -> bool:
+        cls = self.symbol(module, cls_name)
+        found = cls is not None and hasattr(cls, name)
+        if not found:
+            self.absent.add(f"{module}.{cls_name}.{name}")
+        return found
+
+    def has_property(self, module: str, cls_name: str, name: str) -> bool:
+        return isinstance(self.member(module, cls_name, name), property)
+
+    def sets(self, module: str, cls_name: str, name: str) -> bool:
+        """Whether ``module.Class``'s own code names attribute ``name`` (an instance attribute)."""
+        cls = self.symbol(module, cls_name)
+        found = isinstance(cls, type) and name in class_code_names(cls)
+        if not found:
+            self.absent.add(f"{module}.{cls_name}.{name}")
+        return found
+
+    def mentions(self, module: str, cls_name: str, method: str, name: str) -> bool:
+        """Whether ``module.Class.method``'s own code names ``name`` (a behaviour read off the code)."""
+        fn = self.member(module, cls_name, method)
+        code = getattr(fn, "__code__", None)
+        found = isinstance(code, types.CodeType) and name in set(_code_names(code)) | set(code.co_varnames)
+        if not found:
+            self.absent.add(f"{module}.{cls_name}.{method}:{name}")
+        return found
+
+    def spec_classes(self) -> Iterator[tuple[str, type]]:
+        """The interface module's spec classes (``*Spec`` / ``*Specs``)."""
+        iface = self.modules.get(_IFACE)
+        for name, value in sorted(vars(iface).items() if iface is not None else ()):
+            if isinstance(value, type) and name.endswith(("Spec", "Specs")):
+                yield name, value
+
+
 @dataclasses.dataclass(frozen=True)
 class Compat:
-    """What the installed release can do, and where its functions live."""
+    """What the installed release can do, and where its functions live (:func:`detect`)."""
 
     version: str
     planner_module: str            # module holding get_kv_cache_configs / the startup check
     config_builder: bool           # kv_cache_config_builder (pool bytes per block from a builder)
     global_groups: bool            # get_global_kv_cache_groups + 4-argument get_kv_cache_configs
-    layout_resolution: bool        # resolve_kv_cache_layout / get_supported_kv_cache_layouts
+    layout_resolution: bool        # resolve_kv_cache_layout (a worker's layout preference resolved)
+    layout_preferences: bool       # get_supported_kv_cache_layouts (the layouts a worker reports)
     tensor_layout: str             # "strided" | "shared_by"
     block_size_resolution: bool    # resolve_kv_cache_block_sizes (scheduler / hash block sizes)
     admission_gate: str            # "full_sequence_must_fit" | "can_fit_full_sequence" | "none"
     spec_registry: bool            # register_all_kvcache_specs(vllm_config)
     #: SWA / chunked-local admission caps: "none" (<= 0.19), "on_allocation" (0.20: the cap
     #: also clamps the per-step allocation), "admission_only" (>= 0.22: ``apply_admission_cap``)
-    admission_caps: str = "admission_only"
+    admission_caps: str
+    #: the planner module's startup-check helpers that :func:`~.planner.startup_checks_disabled`
+    #: neutralises (<= 0.32 also calls the public ``check_enough_kv_cache_memory``)
+    check_helpers: tuple[str, ...]
+    #: the public capacity helpers the release has (``estimate_max_model_len``,
+    #: ``check_enough_kv_cache_memory``), in the planner module or ``kv_cache_utils``
+    capacity_helpers: frozenset[str]
+    worker_projection: bool        # _project_kv_cache_groups_to_worker (else projected inline)
+    #: bytes per block of the pool: "builder" (``_pool_bytes_per_block_from_builder``),
+    #: "vllm_config" / "groups" (``_pool_bytes_per_block`` with / without the config),
+    #: "page_times_layers" (no helper: one page times the largest group's layers)
+    pool_bytes: str
+    uniform_pages: bool            # UniformTypeKVCacheSpecs.max_memory_usage_pages
+    in_flight_tokens: bool         # VllmConfig.max_in_flight_tokens
+    lookahead_property: bool       # VllmConfig.num_lookahead_tokens is a property
+    prefill_lookahead: bool        # VllmConfig.num_prefill_lookahead_tokens is a property
+    cache_config_retention: bool   # CacheConfig.prefix_cache_retention_interval
+    kv_cache_config_retention: bool  # KVCacheConfig.prefix_cache_retention_interval
+    cache_hit_alignment: bool      # kv_cache_utils.resolve_cache_hit_alignment_tokens
+    prefix_cacheable: bool         # KVCacheSpec.prefix_cacheable (else every group is)
+    #: upstream spec class name -> its constructor fields / every attribute it has (fields,
+    #: properties, methods); a class the release lacks is no key
+    spec_fields: Mapping[str, frozenset[str]]
+    spec_attrs: Mapping[str, frozenset[str]]
+    pool_hash_sets: bool           # BlockPool.cached_block_hashes_by_block (a block under several keys)
+    hash_map: bool                 # BlockPool's cache is a BlockHashToBlockMap (its dict is ``_cache``)
+    kv_holding_waiting: bool       # Scheduler.kv_holding_waiting (waiting requests holding blocks)
+    shared_prefix_boundary: bool   # Request.shared_prefix_boundary (the Marconi junction)
+    preempted_req_ids: bool        # SchedulerOutput.preempted_req_ids
+    #: the waiting queue the scan drains first: "kv_holding_waiting" (>= 0.31: requests holding
+    #: blocks), "skipped_waiting" (0.27 - 0.29: every skipped request), "" (none)
+    drained_first: str = ""
     #: the scheduler-side KV connector API the scripted connector plugs into
     #: (``KVConnectorBase_V1``, ``KVConnectorOutput``, ``KVTransferConfig.kv_connector_module_path``)
     kv_connector: bool = False
-    #: ``KVConnectorOutput.failed_recving`` (>= 0.31): request-level load failures
-    kv_failed_recving: bool = False
-    #: ``SupportsHMA`` (``request_finished_all_groups``): a connector next to the hybrid manager
-    kv_supports_hma: bool = False
-    #: the async-load gate's ``_spec_decode_step_blocks`` (>= 0.31, #57104)
+    kv_failed_recving: bool = False    # KVConnectorOutput.failed_recving: request-level load failures
+    kv_supports_hma: bool = False      # SupportsHMA (request_finished_all_groups)
+    #: the async-load gate's ``_spec_decode_step_blocks`` (#57104)
     kv_spec_step_blocks: bool = False
     #: the waiting scan pads a new one-token decode to ``1 + num_speculative_tokens`` (``pad_spec_decode``)
     spec_decode_padding: bool = False
+    speculative_tokens_property: bool = False  # VllmConfig.num_speculative_tokens is a property
     #: parameter names of the callables whose keywords drifted
     params: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     #: callables taking **kwargs (anything is accepted)
     open_params: frozenset[str] = frozenset()
+    #: every symbol :func:`detect` looked for and the release lacks (see the module docstring)
+    absent: frozenset[str] = frozenset()
 
     def has(self, where: str, name: str) -> bool:
         return where in self.open_params or name in self.params.get(where, frozenset())
+
+    @property
+    def coordinator_block_sizes(self) -> bool:
+        """``get_kv_cache_coordinator`` receives the scheduler block size (>= 0.25; 0.20 - 0.22
+        hand it to the Scheduler alone)."""
+        return self.has("get_kv_cache_coordinator", "scheduler_block_size")
 
     def in_flight_param(self, where: str) -> str | None:
         """The keyword through which ``where`` (the coordinator / manager) receives the token
@@ -171,127 +351,150 @@ class Compat:
                                    "(KVConnectorBase_V1 with kv_connector_module_path, KVConnectorOutput)")
         return out
 
+    def waiting_queues(self) -> tuple[str, str]:
+        """``(queue drained first, waiting queue)`` of the release's Scheduler: block holders in
+        ``kv_holding_waiting`` (>= 0.31), one ``skipped_waiting`` queue (0.27 - 0.29), else none."""
+        return self.drained_first, "waiting"
 
-def _fields(cls: Any) -> frozenset[str]:
-    return params(cls) if cls is not None else frozenset()
+
+def _pool_bytes(r: _Release, planner: str, has_config: Callable[[], bool]) -> str:
+    if (r.symbol(_BUILDER, "get_kv_cache_config_builder") is not None
+            and r.symbol(planner, "_pool_bytes_per_block_from_builder") is not None):
+        return "builder"
+    if r.symbol(planner, "_pool_bytes_per_block") is not None:
+        return "vllm_config" if has_config() else "groups"
+    return "page_times_layers"
 
 
-def _attr(mod: ModuleType | None, name: str) -> Any:
-    return getattr(mod, name, None) if mod is not None else None
+def _drained_first(r: _Release) -> str:
+    if r.sets(_SCHED, "Scheduler", "kv_holding_waiting"):
+        return "kv_holding_waiting"
+    return "skipped_waiting" if r.sets(_SCHED, "Scheduler", "skipped_waiting") else ""
 
 
 def detect(version: str, modules: Mapping[str, ModuleType | None]) -> Compat:
     """Read the capabilities off the imported modules (``None``: the release has no such module)."""
-    m = modules.get
-    utils = m("vllm.v1.core.kv_cache_utils")
-    planning = m("vllm.v1.core.kv_cache_planning")
-    if planning is not None and hasattr(planning, "get_kv_cache_configs"):
-        planner_module = "vllm.v1.core.kv_cache_planning"
-    elif utils is not None and hasattr(utils, "get_kv_cache_configs"):
-        planner_module = "vllm.v1.core.kv_cache_utils"
+    r = _Release(modules)
+    planning = "vllm.v1.core.kv_cache_planning"
+    if r.symbol(planning, "get_kv_cache_configs") is not None:
+        planner_module = planning
+    elif r.symbol(_UTILS, "get_kv_cache_configs") is not None:
+        planner_module = _UTILS
     else:
         raise DriftError(f"vLLM {version}: no get_kv_cache_configs in kv_cache_planning or kv_cache_utils")
-    planner = m(planner_module)
-    iface = m("vllm.v1.kv_cache_interface")
-    if iface is None:
+    if r.module(_IFACE) is None:
         raise DriftError(f"vLLM {version}: no vllm.v1.kv_cache_interface")
-    tensor = _fields(_attr(iface, "KVCacheTensor"))
+    tensor_cls = r.symbol(_IFACE, "KVCacheTensor")
+    tensor = params(tensor_cls) if tensor_cls is not None else frozenset()
     if {"layers", "layer_stride", "block_stride"} <= tensor:
         tensor_layout = "strided"
     elif "shared_by" in tensor:
         tensor_layout = "shared_by"
     else:
         raise DriftError(f"vLLM {version}: KVCacheTensor has neither layer strides nor shared_by ({sorted(tensor)})")
-    manager_mod = m("vllm.v1.core.kv_cache_manager")
-    kvm_cls = _attr(manager_mod, "KVCacheManager")
+    manager = "vllm.v1.core.kv_cache_manager"
+    kvm_cls = r.symbol(manager, "KVCacheManager")
     if kvm_cls is None:
         raise DriftError(f"vLLM {version}: no KVCacheManager")
-    allocate = params(getattr(kvm_cls, "allocate_slots", None))
-    if "full_sequence_must_fit" in allocate:
+    allocate = r.member(manager, "KVCacheManager", "allocate_slots")
+    can_fit = r.member(manager, "KVCacheManager", "can_fit_full_sequence")
+    if "full_sequence_must_fit" in params(allocate):
         gate = "full_sequence_must_fit"
-    elif hasattr(kvm_cls, "can_fit_full_sequence"):
+    elif can_fit is not None:
         gate = "can_fit_full_sequence"
     else:
         gate = "none"
-    coord_mod = m("vllm.v1.core.kv_cache_coordinator")
-    coordinator_cls = _attr(coord_mod, "KVCacheCoordinator")
-    if not any(hasattr(_attr(iface, cls), "max_admission_blocks_per_request")
-               for cls in ("SlidingWindowSpec", "ChunkedLocalAttentionSpec")):
+    coordinator = "vllm.v1.core.kv_cache_coordinator"
+    per_step = r.member(coordinator, "KVCacheCoordinator", "get_num_blocks_to_allocate")
+    if not any([r.has_member(_IFACE, cls, "max_admission_blocks_per_request")
+                for cls in ("SlidingWindowSpec", "ChunkedLocalAttentionSpec")]):
         admission_caps = "none"
-    elif "apply_admission_cap" in params(getattr(coordinator_cls, "get_num_blocks_to_allocate", None)):
+    elif "apply_admission_cap" in params(per_step):
         admission_caps = "admission_only"
     else:
         admission_caps = "on_allocation"
-    coordinator_fn = _attr(coord_mod, "get_kv_cache_coordinator")
-    sched_mod = m("vllm.v1.core.sched.scheduler")
-    config = m("vllm.config")
     callables: dict[str, Any] = {
-        "get_kv_cache_configs": _attr(planner, "get_kv_cache_configs"),
-        "get_kv_cache_coordinator": coordinator_fn,
-        "get_num_blocks_to_allocate": getattr(coordinator_cls, "get_num_blocks_to_allocate", None),
+        "get_kv_cache_configs": r.symbol(planner_module, "get_kv_cache_configs"),
+        "get_kv_cache_coordinator": r.symbol(coordinator, "get_kv_cache_coordinator"),
+        "get_num_blocks_to_allocate": per_step,
         "KVCacheManager": kvm_cls,
-        "allocate_slots": getattr(kvm_cls, "allocate_slots", None),
-        "can_fit_full_sequence": getattr(kvm_cls, "can_fit_full_sequence", None),
-        "Scheduler": _attr(sched_mod, "Scheduler"),
-        "CacheConfig": _attr(config, "CacheConfig"),
-        "SchedulerConfig": _attr(config, "SchedulerConfig"),
-        "Request": _attr(m("vllm.v1.request"), "Request"),
-        "ModelRunnerOutput": _attr(m("vllm.v1.outputs"), "ModelRunnerOutput"),
-        "resolve_kv_cache_block_sizes": _attr(utils, "resolve_kv_cache_block_sizes"),
+        "allocate_slots": allocate,
+        "can_fit_full_sequence": can_fit,
+        "Scheduler": r.symbol("vllm.v1.core.sched.scheduler", "Scheduler"),
+        "CacheConfig": r.symbol("vllm.config", "CacheConfig"),
+        "SchedulerConfig": r.symbol("vllm.config", "SchedulerConfig"),
+        "Request": r.symbol("vllm.v1.request", "Request"),
+        "ModelRunnerOutput": r.symbol("vllm.v1.outputs", "ModelRunnerOutput"),
+        "resolve_kv_cache_block_sizes": r.symbol(_UTILS, "resolve_kv_cache_block_sizes"),
         # (vllm_config, kv_cache_groups) in 0.25-0.28, 0.32+; (kv_cache_groups) in 0.22, 0.29-0.31;
         # absent in 0.19-0.20
-        "_pool_bytes_per_block": _attr(planner, "_pool_bytes_per_block"),
+        "_pool_bytes_per_block": r.symbol(planner_module, "_pool_bytes_per_block"),
     }
-    connector_base = m("vllm.distributed.kv_transfer.kv_connector.v1.base")
-    kv_output = _attr(m("vllm.v1.outputs"), "KVConnectorOutput")
-    kv_config = _attr(config, "KVTransferConfig")
-    kv_connector = (_attr(connector_base, "KVConnectorBase_V1") is not None and kv_output is not None
-                    and "kv_connector_module_path" in _fields(kv_config))
-    sched_cls = callables["Scheduler"]
     sigs = {k: params(v) for k, v in callables.items() if v is not None}
     open_ = frozenset(k for k, v in callables.items() if v is not None and accepts_any_keyword(v))
+    global_groups = r.symbol(planner_module, "get_global_kv_cache_groups") is not None
+    check_helpers = tuple(n for n in ("_check_enough_kv_cache_memory", "_auto_fit_max_model_len")
+                          if r.symbol(planner_module, n) is not None)
+    if not global_groups and r.symbol(planner_module, "check_enough_kv_cache_memory") is not None:
+        check_helpers += ("check_enough_kv_cache_memory",)  # <= 0.32 calls the public one
+    capacity = frozenset(n for n in ("estimate_max_model_len", "check_enough_kv_cache_memory")
+                         if any([r.symbol(mod, n) is not None for mod in (planner_module, _UTILS)]))
+    spec_classes = list(r.spec_classes())
+    kv_cache_config = r.symbol(_IFACE, "KVCacheConfig")
+    pool = "vllm.v1.core.block_pool"
+    kv_output = r.symbol("vllm.v1.outputs", "KVConnectorOutput")
+    kv_connector = (r.symbol(_CONNECTOR, "KVConnectorBase_V1") is not None and kv_output is not None
+                    and "kv_connector_module_path" in _config_fields(r.symbol("vllm.config", "KVTransferConfig")))
     return Compat(
         version=version,
         planner_module=planner_module,
-        config_builder=m("vllm.v1.core.kv_cache_config_builder") is not None,
-        global_groups=hasattr(planner, "get_global_kv_cache_groups"),
-        layout_resolution=_attr(m("vllm.v1.attention.backends.utils"), "resolve_kv_cache_layout") is not None,
+        config_builder=r.module(_BUILDER) is not None,
+        global_groups=global_groups,
+        layout_resolution=r.symbol(_BACKENDS, "resolve_kv_cache_layout") is not None,
+        layout_preferences=r.symbol(_BACKENDS, "get_supported_kv_cache_layouts") is not None,
         tensor_layout=tensor_layout,
-        block_size_resolution=_attr(utils, "resolve_kv_cache_block_sizes") is not None,
+        block_size_resolution=callables["resolve_kv_cache_block_sizes"] is not None,
         admission_gate=gate,
         admission_caps=admission_caps,
-        spec_registry=_attr(m("vllm.v1.core.single_type_kv_cache_manager"), "register_all_kvcache_specs") is not None,
+        spec_registry=r.symbol("vllm.v1.core.single_type_kv_cache_manager", "register_all_kvcache_specs") is not None,
+        check_helpers=check_helpers,
+        capacity_helpers=capacity,
+        worker_projection=r.symbol(planner_module, "_project_kv_cache_groups_to_worker") is not None,
+        pool_bytes=_pool_bytes(r, planner_module, lambda: "_pool_bytes_per_block" in open_
+                               or "vllm_config" in sigs.get("_pool_bytes_per_block", frozenset())),
+        uniform_pages=r.has_member(_IFACE, "UniformTypeKVCacheSpecs", "max_memory_usage_pages"),
+        in_flight_tokens=r.has_member("vllm.config", "VllmConfig", "max_in_flight_tokens"),
+        lookahead_property=r.has_property("vllm.config", "VllmConfig", "num_lookahead_tokens"),
+        prefill_lookahead=r.has_property("vllm.config", "VllmConfig", "num_prefill_lookahead_tokens"),
+        cache_config_retention="prefix_cache_retention_interval" in _config_fields(callables["CacheConfig"]),
+        kv_cache_config_retention=(kv_cache_config is not None and "prefix_cache_retention_interval"
+                                   in constructor_fields(kv_cache_config) | set(dir(kv_cache_config))),
+        cache_hit_alignment=r.symbol(_UTILS, "resolve_cache_hit_alignment_tokens") is not None,
+        prefix_cacheable=r.has_member(_IFACE, "KVCacheSpec", "prefix_cacheable"),
+        spec_fields={n: constructor_fields(c) for n, c in spec_classes},
+        spec_attrs={n: constructor_fields(c) | frozenset(dir(c)) for n, c in spec_classes},
+        pool_hash_sets=r.sets(pool, "BlockPool", "cached_block_hashes_by_block"),
+        hash_map=r.sets(pool, "BlockHashToBlockMap", "_cache"),
+        kv_holding_waiting=r.sets("vllm.v1.core.sched.scheduler", "Scheduler", "kv_holding_waiting"),
+        shared_prefix_boundary=r.sets("vllm.v1.request", "Request", "shared_prefix_boundary"),
+        preempted_req_ids="preempted_req_ids" in params(r.symbol("vllm.v1.core.sched.output", "SchedulerOutput")),
+        drained_first=_drained_first(r),
         kv_connector=kv_connector,
-        kv_failed_recving="failed_recving" in _fields(kv_output),
-        kv_supports_hma=_attr(connector_base, "SupportsHMA") is not None,
-        kv_spec_step_blocks=kv_connector and (callable(getattr(sched_cls, "_spec_decode_step_blocks", None))
-                                              or _method_mentions(sched_cls, "__init__", "_spec_decode_step_blocks")),
-        spec_decode_padding=_method_mentions(sched_cls, "schedule", "pad_spec_decode"),
+        kv_failed_recving=kv_output is not None and "failed_recving" in params(kv_output),
+        kv_supports_hma=r.symbol(_CONNECTOR, "SupportsHMA") is not None,
+        kv_spec_step_blocks=kv_connector and r.sets(_SCHED, "Scheduler", "_spec_decode_step_blocks"),
+        speculative_tokens_property=r.has_property("vllm.config", "VllmConfig", "num_speculative_tokens"),
+        spec_decode_padding=r.mentions(_SCHED, "Scheduler", "schedule", "pad_spec_decode"),
         params=sigs,
         open_params=open_,
+        absent=frozenset(r.absent),
     )
-
-
-def _method_mentions(cls: Any, method: str, name: str) -> bool:
-    """Whether ``cls.method``'s code refers to ``name`` (a capability read off the release's code)."""
-    code = getattr(getattr(cls, method, None), "__code__", None)
-    return code is not None and name in code.co_names + code.co_varnames
-
-
-def waiting_queues(scheduler: Any) -> tuple[str, str]:
-    """``(queue drained first, waiting queue)`` of a built upstream Scheduler: 0.31 and later
-    keep block holders in ``kv_holding_waiting``; 0.27 - 0.29 one ``skipped_waiting`` queue for
-    every skipped request (read off the instance: the queues are made in ``__init__``)."""
-    if hasattr(scheduler, "kv_holding_waiting"):
-        return "kv_holding_waiting", "waiting"
-    if hasattr(scheduler, "skipped_waiting"):
-        return "skipped_waiting", "waiting"
-    return "", "waiting"
 
 
 def _first(modules: Mapping[str, ModuleType | None], name: str, *where: str) -> Any:
     for mod in where:
-        value = _attr(modules.get(mod), name)
+        m = modules.get(mod)
+        value = getattr(m, name, None) if m is not None else None
         if value is not None:
             return value
     return None
@@ -300,21 +503,19 @@ def _first(modules: Mapping[str, ModuleType | None], name: str, *where: str) -> 
 def resolve_names(caps: Compat, modules: Mapping[str, ModuleType | None]) -> dict[str, Any]:
     """The upstream objects the adapter uses, looked up where the release keeps them."""
     m = modules.get
-    utils = "vllm.v1.core.kv_cache_utils"
+    utils = _UTILS
     planner = caps.planner_module
     ns: dict[str, Any] = {
-        "iface": m("vllm.v1.kv_cache_interface"),
+        "iface": m(_IFACE),
         "planning": m(planner),
         "CacheConfig": _first(modules, "CacheConfig", "vllm.config"),
         "SchedulerConfig": _first(modules, "SchedulerConfig", "vllm.config"),
         "VllmConfig": _first(modules, "VllmConfig", "vllm.config"),
         "SamplingParams": _first(modules, "SamplingParams", "vllm.sampling_params"),
         "get_hash_fn_by_name": _first(modules, "get_hash_fn_by_name", "vllm.utils.hashing", "vllm.utils"),
-        "get_supported_kv_cache_layouts": _first(modules, "get_supported_kv_cache_layouts",
-                                                 "vllm.v1.attention.backends.utils"),
-        "resolve_kv_cache_layout": _first(modules, "resolve_kv_cache_layout", "vllm.v1.attention.backends.utils"),
-        "get_kv_cache_config_builder": _first(modules, "get_kv_cache_config_builder",
-                                              "vllm.v1.core.kv_cache_config_builder"),
+        "get_supported_kv_cache_layouts": _first(modules, "get_supported_kv_cache_layouts", _BACKENDS),
+        "resolve_kv_cache_layout": _first(modules, "resolve_kv_cache_layout", _BACKENDS),
+        "get_kv_cache_config_builder": _first(modules, "get_kv_cache_config_builder", _BUILDER),
         "get_kv_cache_coordinator": _first(modules, "get_kv_cache_coordinator", "vllm.v1.core.kv_cache_coordinator"),
         "KVCacheManager": _first(modules, "KVCacheManager", "vllm.v1.core.kv_cache_manager"),
         "generate_scheduler_kv_cache_config": _first(modules, "generate_scheduler_kv_cache_config", utils, planner),
@@ -325,20 +526,19 @@ def resolve_names(caps: Compat, modules: Mapping[str, ModuleType | None]) -> dic
         "get_request_block_hasher": _first(modules, "get_request_block_hasher", utils),
         "init_none_hash": _first(modules, "init_none_hash", utils),
         "resolve_kv_cache_block_sizes": _first(modules, "resolve_kv_cache_block_sizes", utils),
+        "resolve_cache_hit_alignment_tokens": _first(modules, "resolve_cache_hit_alignment_tokens", utils),
         "Scheduler": _first(modules, "Scheduler", "vllm.v1.core.sched.scheduler"),
         "register_all_kvcache_specs": _first(modules, "register_all_kvcache_specs",
                                              "vllm.v1.core.single_type_kv_cache_manager"),
         "ModelRunnerOutput": _first(modules, "ModelRunnerOutput", "vllm.v1.outputs"),
         "Request": _first(modules, "Request", "vllm.v1.request"),
         "StructuredOutputManager": _first(modules, "StructuredOutputManager", "vllm.v1.structured_output"),
-        # the KV connector API (optional: caps.kv_connector says whether it is there)
-        "KVConnectorBase_V1": _first(modules, "KVConnectorBase_V1", "vllm.distributed.kv_transfer.kv_connector.v1.base"),
-        "KVConnectorMetadata": _first(modules, "KVConnectorMetadata",
-                                      "vllm.distributed.kv_transfer.kv_connector.v1.base"),
-        "SupportsHMA": _first(modules, "SupportsHMA", "vllm.distributed.kv_transfer.kv_connector.v1.base"),
+        # the scheduler-side KV connector API (``Compat.kv_connector``; ``None`` where absent)
+        "KVConnectorBase_V1": _first(modules, "KVConnectorBase_V1", _CONNECTOR),
+        "KVConnectorMetadata": _first(modules, "KVConnectorMetadata", _CONNECTOR),
+        "SupportsHMA": _first(modules, "SupportsHMA", _CONNECTOR),
         "KVConnectorOutput": _first(modules, "KVConnectorOutput", "vllm.v1.outputs"),
         "KVTransferConfig": _first(modules, "KVTransferConfig", "vllm.config"),
-        "ParallelConfig": _first(modules, "ParallelConfig", "vllm.config"),
     }
     needed = ("iface", "planning", "CacheConfig", "SchedulerConfig", "VllmConfig", "SamplingParams",
               "get_hash_fn_by_name", "get_kv_cache_coordinator", "KVCacheManager",
@@ -389,93 +589,6 @@ def fit_kwargs(caps: Compat, where: str, kwargs: Mapping[str, Any],
     return out
 
 
-def call(caps: Compat, where: str, fn: Callable[..., Any], kwargs: Mapping[str, Any],
-         neutral: Mapping[str, Any] | None = None) -> Any:
-    """``fn(**fit_kwargs(...))``."""
-    return fn(**fit_kwargs(caps, where, kwargs, neutral))
-
-
-# ------------------------------------------------------------- findings per release
-
-@dataclasses.dataclass(frozen=True)
-class CheckRules:
-    """How the release's startup check counts memory, probed on its own planner
-    (:func:`kvverify.targets.vllm.planner.memory_rules`)."""
-
-    override_counted: bool   # num_gpu_blocks_override replaces the profiled memory in the check
-    reserves_null_block: bool  # the check keeps the null block out of the usable memory
-
-
-def _has_admission_caps(caps: Compat, rules: CheckRules) -> bool:
-    return caps.admission_caps != "none"
-
-
-def _reserves_null_block(caps: Compat, rules: CheckRules) -> bool:
-    return rules.reserves_null_block
-
-
-#: Finding (``reports/findings/F<n>-*.md``; a repro id of
-#: ``properties/test_differential.py::test_finding_reproduces_on_vllm``) -> the capability the
-#: defect lives in; ``None``: every supported release. Each entry is confirmed by running the
-#: finding's minimal counterexample on every installed release (``docs/vllm-target.md``,
-#: "Findings per release"); on a release where the predicate is false the finding's strict
-#: xfail does not apply (its property must pass) and its repro must *not* reproduce.
-FINDING_CAPABILITY: dict[str, Callable[[Compat, CheckRules], bool] | None] = {
-    "F1": None,                      # concurrency = num_blocks / blocks per request, null block counted
-    "F2": _has_admission_caps,       # the chunked-local admission cap (no cap, no short cap)
-    "F3": _reserves_null_block,      # the check reserves a block for the never-computed token...
-    # SWA / chunked caps ignore lookahead; so does the SWA / chunked startup bound of a release
-    # without caps (0.19.1: its replay livelocks the same way), hence every release
-    "F4": None,
-    "F5": None,                      # the SWA per-request blocks' unreachable +1 (max_memory_usage)
-    "F6-estimate": _reserves_null_block,  # estimate (no null block) vs check (null block reserved)
-    "F6-check": None,                # the public check ignores group padding
-    "F7": None,                      # chunked-local hybrid with unequal pages asserts after startup
-    # Mamba align's 2 + S: its replay's pool (N = 2) starts where the check reserves no null block
-    # (replayed on every installed release: reproduces on 0.29.0 and later, as F3)
-    "F9": _reserves_null_block,
-    # the KV-transfer paths (issue 29; docs/releases-connector.md)
-    "F10": lambda caps, rules: caps.spec_decode_padding,           # pad_spec_decode in the waiting scan
-    "F11": lambda caps, rules: caps.kv_spec_step_blocks,           # the constant speculative reservation
-    "F12": lambda caps, rules: caps.kv_connector,                  # full-hit rewind to num_tokens - 1
-    "F13": lambda caps, rules: caps.kv_connector,                  # Mamba align + external tokens
-}
-
-
-def _allocation_capped(caps: Compat) -> str | None:
-    if caps.admission_caps == "on_allocation":
-        return ("the release applies the SWA / chunked-local admission cap to the per-step allocation too "
-                "(zoo flaw swa_cap_on_allocation, #39866; get_num_blocks_to_allocate has no "
-                "apply_admission_cap): the replay's step crashes in allocate_slots ('Cannot get N free "
-                "blocks from the pool') before the finding's own symptom can show")
-    return None
-
-
-#: Finding -> why its minimal counterexample cannot show it on a release that has it (another
-#: defect of that release fails the replay first); ``None``: the replay judges it. The replay
-#: then skips with that reason (``properties/test_differential.py``).
-FINDING_REPLAY_MASKED: dict[str, Callable[[Compat], str | None]] = {
-    "F2": _allocation_capped,
-    "F4": _allocation_capped,
-}
-
-
-def finding_replay_masked(finding: str, caps: Compat) -> str | None:
-    """Why ``finding``'s replay cannot judge the release described by ``caps``, or ``None``."""
-    why = FINDING_REPLAY_MASKED.get(finding)
-    return why(caps) if why is not None else None
-
-
-def finding_expected(finding: str, caps: Compat, rules: CheckRules) -> bool:
-    """Whether ``finding`` (``"F3"``, ``"F6-check"``; ``"F6"`` = any of its parts) exists in the
-    release described by ``caps`` / ``rules``. Unknown findings are expected (strict)."""
-    keys = [k for k in FINDING_CAPABILITY if k == finding or k.split("-")[0] == finding]
-    if not keys:
-        return True
-    return any(FINDING_CAPABILITY[k] is None or FINDING_CAPABILITY[k](caps, rules) for k in keys)  # type: ignore[misc]
-
-
-__all__ = ["CheckRules", "Compat", "DriftError", "FINDING_CAPABILITY", "KnobMissing", "MODULES", "REFERENCE_RELEASE",
-           "SUPPORTED", "SUPPORTED_MAX", "SUPPORTED_MIN", "call", "detect", "finding_expected", "finding_replay_masked",
-           "fit_kwargs",
-           "params", "parse_version", "resolve_names", "unsupported_release", "waiting_queues"]
+__all__ = ["Compat", "DriftError", "KnobMissing", "MODULES", "REFERENCE_RELEASE", "SUPPORTED", "SUPPORTED_MAX",
+           "SUPPORTED_MIN", "accepts_any_keyword", "class_code_names", "constructor_fields", "detect", "fit_kwargs",
+           "params", "parse_version", "resolve_names", "unsupported_release"]

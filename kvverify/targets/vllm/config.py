@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NoReturn
 
 from kvverify.reference.config import VllmConfig
-from kvverify.targets.upstream_knobs import cache_config_kwargs
 from kvverify.targets.vllm import compat
 from kvverify.targets.vllm.env import preserved_environ, upstream
+from kvverify.targets.vllm.knobs import cache_config_kwargs
 from kvverify.targets.vllm.refusals import unsupported
 
 #: keyword -> the value that means "as before the knob existed" (dropped on releases without it)
@@ -18,7 +18,8 @@ SCHEDULER_NEUTRAL = {"watermark": 0.0, "is_encoder_decoder": False, "disable_hyb
 
 
 def _model_config_stand_in(max_model_len: int, original_max_model_len: int) -> SimpleNamespace:
-    """The attributes of ``ModelConfig`` the planner, managers and Scheduler read (0.19.1 … 0.33.0)."""
+    """The attributes of ``ModelConfig`` the planner, managers and Scheduler of every supported
+    release read (``tests/test_vllm_compat.py`` lists them)."""
     return SimpleNamespace(
         max_model_len=max_model_len, original_max_model_len=original_max_model_len,
         supports_kv_cache_grouping=False, uses_mrope=False, is_encoder_decoder=False,
@@ -36,34 +37,36 @@ def runtime_len(config: VllmConfig) -> int:
     return config.planning_max_model_len if config.auto_max_model_len else config.max_model_len
 
 
-def refuse_missing_knob(e: compat.KnobMissing, version: str) -> Any:
-    return unsupported(f"vLLM {version}: {e}")
+def refuse_missing_knob(e: compat.KnobMissing, version: str) -> NoReturn:
+    unsupported(f"vLLM {version}: {e}")
 
 
-def _set_lookahead(vc: Any, num_lookahead_tokens: int, num_prefill_lookahead_tokens: int = 0,
-                   num_speculative_tokens: int = 0) -> None:
+def _set_lookahead(caps: compat.Compat, vc: Any, num_lookahead_tokens: int,
+                   num_prefill_lookahead_tokens: int = 0, num_speculative_tokens: int = 0) -> None:
     """Give ``vc`` the ``num_lookahead_tokens`` a speculative config would (planning, the
     KV cache manager's ``max_in_flight_tokens`` and the Scheduler read the property), and the
     ``num_prefill_lookahead_tokens`` (0.31 and later: grouping's ``extra_retained_tokens``, the
     Scheduler's prefill reservation, the coordinator's re-prefillable tail) the same way.
 
-    Releases with the ``VllmConfig.num_lookahead_tokens`` property (0.28 and later) get it through a subclass whose
-    property returns the value, and ``num_speculative_tokens`` (the Scheduler's spec-token padding
-    and the async-load gate's speculative step) the same way; no speculative config is built (no
-    drafter: its draft slots are not modelled). Releases without the property derive lookahead
-    inside the Scheduler only (:class:`~kvverify.targets.vllm.scheduler.UpstreamScheduler` sets it there)."""
-    cls = type(vc)
-    if not isinstance(getattr(cls, "num_lookahead_tokens", None), property):
+    Releases with the ``VllmConfig.num_lookahead_tokens`` property (``Compat.lookahead_property``:
+    0.28 and later) get it through a subclass whose property returns the value, and
+    ``num_speculative_tokens`` (``Compat.speculative_tokens_property``: the Scheduler's spec-token
+    padding and the async-load gate's speculative step) the same way; no speculative config is
+    built (no drafter: its draft slots are not modelled). Releases without the property derive
+    lookahead inside the Scheduler only (:class:`~kvverify.targets.vllm.scheduler.UpstreamScheduler`
+    sets it there)."""
+    if not caps.lookahead_property:
         return
+    cls = type(vc)
     sub = _LOOKAHEAD_CLASSES.get(cls)
     if sub is None:
         props = {"num_lookahead_tokens": property(lambda self: self.kvverify_num_lookahead_tokens,
                                                   doc="kvverify: the config's num_lookahead_tokens")}
-        if isinstance(getattr(cls, "num_prefill_lookahead_tokens", None), property):
+        if caps.prefill_lookahead:
             props["num_prefill_lookahead_tokens"] = property(
                 lambda self: self.kvverify_num_prefill_lookahead_tokens,
                 doc="kvverify: the config's num_prefill_lookahead_tokens")
-        if isinstance(getattr(cls, "num_speculative_tokens", None), property):
+        if caps.speculative_tokens_property:
             # the draft tokens a speculative config would give (the Scheduler pads new decodes and
             # reserves a speculative step for async loads); the speculative config itself stays None
             props["num_speculative_tokens"] = property(
@@ -93,8 +96,7 @@ def upstream_config(config: VllmConfig, *, max_model_len: int | None = None) -> 
     if config.max_concurrent_batches > 2:
         unsupported("max_concurrent_batches > 2 (two batches in flight are modelled: pipeline parallelism "
                     "of size 2 behind the batch queue)")
-    if config.num_prefill_lookahead_tokens and not isinstance(
-            getattr(up.VllmConfig, "num_prefill_lookahead_tokens", None), property):
+    if config.num_prefill_lookahead_tokens and not caps.prefill_lookahead:
         unsupported(f"vLLM {caps.version} has no num_prefill_lookahead_tokens")
     auto = config.auto_max_model_len and max_model_len is None
     length = config.planning_max_model_len if max_model_len is None else max_model_len
@@ -102,7 +104,7 @@ def upstream_config(config: VllmConfig, *, max_model_len: int | None = None) -> 
         cache_kw = compat.fit_kwargs(caps, "CacheConfig", dict(
             block_size=config.block_size, num_gpu_blocks_override=config.num_gpu_blocks_override,
             enable_prefix_caching=config.enable_prefix_caching, mamba_cache_mode=config.mamba_cache_mode,
-            prefix_match_unit=config.prefix_match_unit, **cache_config_kwargs(up.CacheConfig, config)),
+            prefix_match_unit=config.prefix_match_unit, **cache_config_kwargs(caps, config)),
             CACHE_NEUTRAL)
         sched_kw = compat.fit_kwargs(caps, "SchedulerConfig", dict(
             max_model_len=length, is_encoder_decoder=False,
@@ -123,18 +125,17 @@ def upstream_config(config: VllmConfig, *, max_model_len: int | None = None) -> 
     vc.model_config = _model_config_stand_in(length, -1 if auto else length)
     vc.scheduler_config.max_num_encoder_input_tokens = config.encoder_tokens
     if config.num_lookahead_tokens or config.num_prefill_lookahead_tokens or config.num_speculative_tokens:
-        if config.num_speculative_tokens and not isinstance(
-                getattr(type(vc), "num_speculative_tokens", None), property):
+        if config.num_speculative_tokens and not caps.speculative_tokens_property:
             unsupported(f"vLLM {caps.version} has no VllmConfig.num_speculative_tokens")
-        _set_lookahead(vc, config.num_lookahead_tokens, config.num_prefill_lookahead_tokens,
+        _set_lookahead(caps, vc, config.num_lookahead_tokens, config.num_prefill_lookahead_tokens,
                        config.num_speculative_tokens)
     if config.max_concurrent_batches == 2:
         # the engine keeps pipeline_parallel_size batches in flight (VllmConfig.max_concurrent_batches)
         vc.parallel_config.pipeline_parallel_size = 2
     if config.kv_connector:
-        from kvverify.targets.vllm.connector import transfer_config
+        from kvverify.targets.vllm.transfer import transfer_config
         vc.kv_transfer_config = transfer_config(None, None)  # the Scheduler gets the script's own
-    if up.register_all_kvcache_specs is not None:
+    if caps.spec_registry:
         up.register_all_kvcache_specs(vc)
     return vc
 

@@ -26,16 +26,13 @@ from kvverify.reference.connector import ConnectorMeta, ConnectorScript, Scripte
 from kvverify.reference.planner import StartupPlan
 from kvverify.reference.request import fake_output_token
 from kvverify.reference.sched.engine import BatchQueue, engine_step
-from kvverify.targets.vllm.compat import waiting_queues
 from kvverify.targets.vllm.env import upstream
+from kvverify.targets.vllm.transfer import CONNECTOR_NAME, MODULE_PATH, SCRIPT_KEY, transfer_config
 from kvverify.targets.vllm.refusals import unsupported
 from kvverify.targets.vllm.scheduler import StepOutput, UpstreamScheduler
 
-#: the connector class name upstream's factory looks up in this module
-CONNECTOR_NAME = "KVVerifyScriptedConnector"
-MODULE_PATH = __name__
-#: ``kv_connector_extra_config`` key naming the script state
-SCRIPT_KEY = "kvverify_script"
+if MODULE_PATH != __name__:  # upstream's factory imports MODULE_PATH to find the class
+    raise ImportError(f"kvverify.targets.vllm.transfer.MODULE_PATH is {MODULE_PATH!r}, the connector is {__name__}")
 
 _STATES: weakref.WeakValueDictionary[str, ScriptedConnectorState] = weakref.WeakValueDictionary()
 _IDS = itertools.count()
@@ -49,16 +46,6 @@ def register(state: ScriptedConnectorState) -> str:
     return sid
 
 
-def transfer_config(script: ConnectorScript | None, script_id: str | None) -> Any:
-    """The ``KVTransferConfig`` that makes upstream build the scripted connector."""
-    up = upstream()
-    role = script.kv_role if script is not None else "kv_both"
-    policy = script.kv_load_failure_policy if script is not None else "fail"
-    return up.KVTransferConfig(kv_connector=CONNECTOR_NAME, kv_connector_module_path=MODULE_PATH,
-                               kv_role=role, kv_load_failure_policy=policy,
-                               kv_connector_extra_config={SCRIPT_KEY: script_id} if script_id else {})
-
-
 def connector_class() -> type:
     """The ``KVConnectorBase_V1`` subclass over the installed release (built once)."""
     global _CLASS
@@ -67,7 +54,7 @@ def connector_class() -> type:
     up = upstream()
     bases: tuple[type, ...] = (up.KVConnectorBase_V1,) + ((up.SupportsHMA,) if up.SupportsHMA is not None else ())
 
-    class ScriptedMeta(up.KVConnectorMetadata):  # type: ignore[name-defined]
+    class ScriptedMeta(up.KVConnectorMetadata):  # type: ignore[misc,name-defined]
         def __init__(self, meta: ConnectorMeta) -> None:
             self.meta = meta
 
@@ -79,8 +66,8 @@ def connector_class() -> type:
 
     def get_num_new_matched_tokens(self: Any, request: Any, num_computed_tokens: int,
                                    *args: Any, **kwargs: Any) -> tuple[int | None, bool]:
-        return self.kvverify_state.get_num_new_matched_tokens(request.request_id, request.num_tokens,
-                                                              num_computed_tokens)
+        state: ScriptedConnectorState = self.kvverify_state
+        return state.get_num_new_matched_tokens(request.request_id, request.num_tokens, num_computed_tokens)
 
     def update_state_after_alloc(self: Any, request: Any, blocks: Any, num_external_tokens: int) -> None:
         self.kvverify_state.update_state_after_alloc(request.request_id, num_external_tokens)
@@ -147,12 +134,13 @@ class ConnectorScheduler(UpstreamScheduler):
 
     @property
     def waiting(self) -> list[Any]:
-        return list(getattr(self.upstream, waiting_queues(self.upstream)[1]))
+        return list(getattr(self.upstream, self.caps.waiting_queues()[1]))
 
     @property
     def kv_holding_waiting(self) -> list[Any]:
         """Block holders drained first (``kv_holding_waiting``; before 0.31, ``skipped_waiting``)."""
-        return list(getattr(self.upstream, waiting_queues(self.upstream)[0], ()))
+        first = self.caps.waiting_queues()[0]
+        return list(getattr(self.upstream, first)) if first else []
 
     @property
     def requests(self) -> dict[str, Any]:

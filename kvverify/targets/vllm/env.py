@@ -15,17 +15,68 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
-from types import ModuleType, SimpleNamespace
+from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 from kvverify.errors import KVVerifyError
 from kvverify.targets.vllm import compat
+from kvverify.targets.vllm.findings import CheckRules
 
 INSTALL_HINT = ("install a CPU-only vLLM with `bash scripts/install-vllm-target.sh [--version X.Y.Z]` "
                 "and run with its interpreter (`<venv>/bin/python -m pytest ... --target vllm`)")
 
 LOCK = threading.RLock()
-_UP: SimpleNamespace | None = None
+
+
+@dataclass
+class Upstream:
+    """The installed release as the adapter uses it: what it can do (:class:`~.compat.Compat`)
+    and vLLM's own objects, found where the release keeps them (:func:`.compat.resolve_names`;
+    typed ``Any``: this is the boundary to vLLM). ``None``: a name the release does not have."""
+
+    torch: Any
+    vllm: Any
+    compat: compat.Compat
+    #: the layouts a worker reports by default (``get_supported_kv_cache_layouts([])``)
+    default_layouts: list[str]
+    iface: Any
+    planning: Any
+    CacheConfig: Any
+    SchedulerConfig: Any
+    VllmConfig: Any
+    SamplingParams: Any
+    get_hash_fn_by_name: Any
+    get_supported_kv_cache_layouts: Any
+    resolve_kv_cache_layout: Any
+    get_kv_cache_config_builder: Any
+    get_kv_cache_coordinator: Any
+    KVCacheManager: Any
+    generate_scheduler_kv_cache_config: Any
+    get_max_concurrency_for_kv_cache_config: Any
+    estimate_max_model_len: Any
+    check_enough_kv_cache_memory: Any
+    get_request_block_hasher: Any
+    init_none_hash: Any
+    resolve_kv_cache_block_sizes: Any
+    resolve_cache_hit_alignment_tokens: Any
+    Scheduler: Any
+    register_all_kvcache_specs: Any
+    ModelRunnerOutput: Any
+    Request: Any
+    StructuredOutputManager: Any
+    KVConnectorBase_V1: Any
+    KVConnectorMetadata: Any
+    SupportsHMA: Any
+    KVConnectorOutput: Any
+    KVTransferConfig: Any
+    #: hash algorithm name -> its initialised hash function (``init_none_hash`` once each)
+    hash_fns: dict[str, Any] = field(default_factory=dict)
+    #: how the release's startup check counts memory, probed once (:func:`.planner.memory_rules`)
+    memory_rules: CheckRules | None = None
+
+
+_UP: Upstream | None = None
 
 #: Environment vLLM reads at import and at platform resolution. VLLM_TARGET_DEVICE is
 #: forced: without it a machine with no GPU cannot build a VllmConfig at all.
@@ -85,7 +136,7 @@ def select_cpu_platform() -> None:
     setattr(platforms, "_current_platform", CpuPlatform())  # what the lazy current_platform returns
 
 
-def upstream() -> SimpleNamespace:
+def upstream() -> Upstream:
     """Import the installed vLLM once (lazily), with the environment it needs."""
     global _UP
     if _UP is not None:
@@ -132,9 +183,9 @@ def upstream() -> SimpleNamespace:
         import logging
         for name in ("vllm", "vllm.platforms", "vllm.platforms.cpu"):
             logging.getLogger(name).setLevel(logging.ERROR)
-        layouts = ([lay.name for lay in ns["get_supported_kv_cache_layouts"]([])]
-                   if ns.get("get_supported_kv_cache_layouts") else [])
-        _UP = SimpleNamespace(torch=torch, vllm=vllm, compat=caps, hash_fns={}, default_layouts=layouts, **ns)
+        layouts = ([str(lay.name) for lay in ns["get_supported_kv_cache_layouts"]([])]
+                   if caps.layout_preferences else [])
+        _UP = Upstream(torch=torch, vllm=vllm, compat=caps, default_layouts=layouts, **ns)
         return _UP
 
 
@@ -147,4 +198,4 @@ def vllm_available() -> tuple[bool, str]:
     return True, str(up.vllm.__version__)
 
 
-__all__ = ["INSTALL_HINT", "LOCK", "preserved_environ", "select_cpu_platform", "upstream", "vllm_available"]
+__all__ = ["INSTALL_HINT", "LOCK", "Upstream", "preserved_environ", "select_cpu_platform", "upstream", "vllm_available"]

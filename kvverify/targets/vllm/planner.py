@@ -4,16 +4,19 @@
   ``get_kv_cache_configs`` (auto-fit and the startup check included); a ``ValueError`` of
   the check becomes ``starts=False`` with the message, as the reference records it. The
   plan is translated back into kvverify's :class:`~kvverify.reference.planner.StartupPlan`.
-* :func:`resolve_block_sizes`, :func:`coordinator_accepts`: the release's
-  ``resolve_kv_cache_block_sizes`` and its KV cache coordinator (whose constructor holds
-  the divisibility assertions); a release without the resolver skips with the reason.
+* :func:`resolve_block_sizes`, :func:`coordinator_accepts`,
+  :func:`resolve_cache_hit_alignment_tokens`: the release's ``resolve_kv_cache_block_sizes``,
+  its KV cache coordinator (whose constructor holds the divisibility assertions) and its
+  cache-hit alignment; a release without the resolver skips with the reason.
+
+What the release has is asked of :class:`~.compat.Compat` (``target.compat``), never probed here.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from kvverify.errors import ConfigError, KVVerifyError
 from kvverify.reference import specs as kv
@@ -22,18 +25,19 @@ from kvverify.reference.config import VllmConfig
 from kvverify.reference.grouping import GroupingError
 from kvverify.reference.ops import cdiv
 from kvverify.reference.planner import KVCacheConfig, StartupPlan
-from kvverify.targets.upstream_knobs import apply_kv_cache_config_knobs
 from kvverify.targets.vllm import compat
 from kvverify.targets.vllm.config import runtime_len, upstream_config
-from kvverify.targets.vllm.env import LOCK, preserved_environ
+from kvverify.targets.vllm.env import LOCK, Upstream, preserved_environ
+from kvverify.targets.vllm.findings import CheckRules
+from kvverify.targets.vllm.knobs import apply_kv_cache_config_knobs
 from kvverify.targets.vllm.refusals import lacks, unsupported
 from kvverify.targets.vllm.specs import Translator
 
+if TYPE_CHECKING:
+    from kvverify.targets.vllm.target import VllmTarget
+
 #: Startup-check refusals (``ValueError`` messages of ``get_kv_cache_configs``).
 CHECK_MESSAGES = ("No available memory", "To serve at least one request", "Cannot auto-fit")
-#: The startup-check helpers :func:`startup_checks_disabled` neutralises, by release layout.
-CHECK_HELPERS = ("_check_enough_kv_cache_memory", "check_enough_kv_cache_memory",
-                 "_auto_fit_max_model_len", "_estimate_max_model_len_from_groups")
 
 
 def is_check_refusal(e: BaseException) -> bool:
@@ -41,15 +45,12 @@ def is_check_refusal(e: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def startup_checks_disabled(up: Any) -> Iterator[None]:
-    """Let ``get_kv_cache_configs`` finish after a refusal, to learn what it would allocate."""
+def startup_checks_disabled(up: Upstream) -> Iterator[None]:
+    """Let ``get_kv_cache_configs`` finish after a refusal, to learn what it would allocate
+    (the release's check helpers, ``Compat.check_helpers``, answer nothing meanwhile)."""
     planning = up.planning
-    names = [n for n in ("_check_enough_kv_cache_memory", "_auto_fit_max_model_len")
-             if hasattr(planning, n)]
-    if not up.compat.global_groups and hasattr(planning, "check_enough_kv_cache_memory"):
-        names.append("check_enough_kv_cache_memory")  # <= 0.32 calls the public one
-    saved = {n: getattr(planning, n) for n in names}
-    for n in names:
+    saved = {n: getattr(planning, n) for n in up.compat.check_helpers}
+    for n in saved:
         setattr(planning, n, lambda *a, **k: None)
     try:
         yield
@@ -58,21 +59,21 @@ def startup_checks_disabled(up: Any) -> Iterator[None]:
             setattr(planning, n, fn)
 
 
-def group_blocks(spec: Any, vc: Any, up: Any) -> int:
+def group_blocks(spec: Any, vc: Any, up: Upstream) -> int:
     """Blocks one max_model_len request holds in a group (``_max_memory_usage_bytes_from_groups``)."""
-    if isinstance(spec, up.iface.UniformTypeKVCacheSpecs) and hasattr(spec, "max_memory_usage_pages"):
+    if up.compat.uniform_pages and isinstance(spec, up.iface.UniformTypeKVCacheSpecs):
         return int(spec.max_memory_usage_pages(vc))
-    return cdiv(spec.max_memory_usage_bytes(vc), spec.page_size_bytes)
+    return cdiv(int(spec.max_memory_usage_bytes(vc)), int(spec.page_size_bytes))
 
 
-def resolve_layout(target: Any, vc: Any, specs: Sequence[Mapping[str, Any]]) -> None:
+def resolve_layout(target: VllmTarget, vc: Any, specs: Sequence[Mapping[str, Any]]) -> None:
     up = target.up
-    if up.resolve_kv_cache_layout is None:
-        return  # <= 0.27: one layout, nothing to resolve
+    if not up.compat.layout_resolution:
+        return  # <= 0.28: one layout, nothing to resolve
     up.resolve_kv_cache_layout(vc, [list(target.supported_layouts)], [s for w in specs for s in w.values()])
 
 
-def _global_groups(up: Any, vc: Any, specs: list[dict[str, Any]]) -> list[Any]:
+def _global_groups(up: Upstream, vc: Any, specs: list[dict[str, Any]]) -> list[Any]:
     """The whole model's groups: ``get_global_kv_cache_groups`` (>= 0.33) or, before it, what
     ``get_kv_cache_configs`` computes inside (``get_kv_cache_groups`` on the merged specs)."""
     p = up.planning
@@ -85,39 +86,39 @@ def _global_groups(up: Any, vc: Any, specs: list[dict[str, Any]]) -> list[Any]:
     return list(p.get_kv_cache_groups(vc, merged))
 
 
-def _configs(up: Any, vc: Any, specs: list[dict[str, Any]], memory: list[int], groups: list[Any]) -> list[Any]:
+def _configs(up: Upstream, vc: Any, specs: list[dict[str, Any]], memory: list[int], groups: list[Any]) -> list[Any]:
     p = up.planning
     if up.compat.global_groups:
         return list(p.get_kv_cache_configs(vc, specs, memory, groups))
     return list(p.get_kv_cache_configs(vc, specs, memory))
 
 
-def _project(up: Any, groups: list[Any], worker: Mapping[str, Any]) -> list[Any]:
+def _project(up: Upstream, groups: list[Any], worker: Mapping[str, Any]) -> list[Any]:
     p = up.planning
-    if hasattr(p, "_project_kv_cache_groups_to_worker"):
+    if up.compat.worker_projection:
         return list(p._project_kv_cache_groups_to_worker(groups, worker))
     # <= 0.32 projects inline: each group keeps the worker's layers, empty groups stay
     # (as kv_cache_utils.get_kv_cache_configs does before its per-worker check)
     return [type(g)([n for n in g.layer_names if n in worker], g.kv_cache_spec) for g in groups]
 
 
-def _bytes_per_block(up: Any, vc: Any, groups: list[Any]) -> int:
+def _bytes_per_block(up: Upstream, vc: Any, groups: list[Any]) -> int:
     p = up.planning
     if not groups:
         return 0
-    if up.get_kv_cache_config_builder is not None and hasattr(p, "_pool_bytes_per_block_from_builder"):
+    how = up.compat.pool_bytes
+    if how == "builder":
         return int(p._pool_bytes_per_block_from_builder(up.get_kv_cache_config_builder(vc), vc, groups))
-    if hasattr(p, "_pool_bytes_per_block"):
-        # 0.22 and 0.29 - 0.31 take only the groups (compat: the detected signature)
-        if up.compat.has("_pool_bytes_per_block", "vllm_config"):
-            return int(p._pool_bytes_per_block(vc, groups))
+    if how == "vllm_config":
+        return int(p._pool_bytes_per_block(vc, groups))
+    if how == "groups":  # 0.22 and 0.29 - 0.31 take only the groups
         return int(p._pool_bytes_per_block(groups))
     # the page of one block summed over one layer per group and the layers of the largest group
-    page = groups[0].kv_cache_spec.page_size_bytes
+    page = int(groups[0].kv_cache_spec.page_size_bytes)
     return int(page * max(len(g.layer_names) for g in groups))
 
 
-def _probe_starts(target: Any, memory_pages: int, override: int | None) -> bool:
+def _probe_starts(target: VllmTarget, memory_pages: int, override: int | None) -> bool:
     """Does the release's own ``get_kv_cache_configs`` start a one-layer model (B=2, L=4)
     on ``memory_pages`` pages (and ``num_gpu_blocks_override``)? One request needs 2 blocks
     whether the check plans ``L`` or ``L - 1`` tokens (finding F3's fix), so the answer
@@ -139,23 +140,23 @@ def _probe_starts(target: Any, memory_pages: int, override: int | None) -> bool:
     return True
 
 
-def memory_rules(target: Any) -> compat.CheckRules:
+def memory_rules(target: VllmTarget) -> CheckRules:
     """``(override_counted, reserves_null_block)`` of the release's startup check, probed once
     on its own planner: does ``num_gpu_blocks_override`` replace the profiled memory in the
     check (from 0.2x), and does the check keep the null block out of the usable memory
     (from 0.3x; before, a pool of exactly one request's blocks starts with one block short)?
     The plan's ``available_memory`` / ``check_memory`` report what the check saw."""
     up = target.up
-    rules = getattr(up, "memory_rules", None)
+    rules = up.memory_rules
     if rules is None:
         with LOCK, preserved_environ():
             counted = _probe_starts(target, 1, 4)         # 1 page profiled, 4 blocks by override
             reserves = not _probe_starts(target, 2, None)  # exactly 2 pages for 2 blocks
-        rules = up.memory_rules = compat.CheckRules(counted, reserves)
+        rules = up.memory_rules = CheckRules(counted, reserves)
     return rules
 
 
-def plan(target: Any, vllm_config: VllmConfig, kv_cache_specs: Sequence[Mapping[str, kv.KVCacheSpec]],
+def plan(target: VllmTarget, vllm_config: VllmConfig, kv_cache_specs: Sequence[Mapping[str, kv.KVCacheSpec]],
          available_memory: Sequence[int] | None = None) -> StartupPlan:
     """The release's startup plan (see the module docstring)."""
     from kvverify.reference.planner import _available_memory
@@ -224,7 +225,8 @@ def _has_padded_page(kv_cache_specs: Sequence[Mapping[str, kv.KVCacheSpec]]) -> 
     return any(getattr(s, "page_size_padded", None) is not None for w in kv_cache_specs for s in w.values())
 
 
-def _one_worker(target: Any, vllm_config: VllmConfig, kv_cache_spec: Mapping[str, kv.KVCacheSpec]) -> tuple[Any, dict]:
+def _one_worker(target: VllmTarget, vllm_config: VllmConfig,
+                kv_cache_spec: Mapping[str, kv.KVCacheSpec]) -> tuple[Any, dict[str, Any]]:
     tr = Translator(target.up)
     specs = {n: tr.spec(s) for n, s in kv_cache_spec.items()}
     vc = upstream_config(vllm_config)
@@ -232,20 +234,20 @@ def _one_worker(target: Any, vllm_config: VllmConfig, kv_cache_spec: Mapping[str
     return vc, specs
 
 
-def estimate_max_model_len(target: Any, vllm_config: VllmConfig, kv_cache_spec: Mapping[str, kv.KVCacheSpec],
-                           available_memory: int) -> int:
+def estimate_max_model_len(target: VllmTarget, vllm_config: VllmConfig,
+                           kv_cache_spec: Mapping[str, kv.KVCacheSpec], available_memory: int) -> int:
     """Upstream's public ``estimate_max_model_len``."""
-    if target.up.estimate_max_model_len is None:
+    if "estimate_max_model_len" not in target.compat.capacity_helpers:
         lacks(target.version, "has no public estimate_max_model_len")
     with LOCK, preserved_environ():
         vc, specs = _one_worker(target, vllm_config, kv_cache_spec)
         return int(target.up.estimate_max_model_len(vc, specs, available_memory))
 
 
-def check_enough_kv_cache_memory(target: Any, vllm_config: VllmConfig,
+def check_enough_kv_cache_memory(target: VllmTarget, vllm_config: VllmConfig,
                                  kv_cache_spec: Mapping[str, kv.KVCacheSpec], available_memory: int) -> str | None:
     """Upstream's public ``check_enough_kv_cache_memory``: ``None`` if it passes, else the message."""
-    if target.up.check_enough_kv_cache_memory is None:
+    if "check_enough_kv_cache_memory" not in target.compat.capacity_helpers:
         lacks(target.version, "has no public check_enough_kv_cache_memory")
     with LOCK, preserved_environ():
         vc, specs = _one_worker(target, vllm_config, kv_cache_spec)
@@ -258,12 +260,12 @@ def check_enough_kv_cache_memory(target: Any, vllm_config: VllmConfig,
 
 # ------------------------------------------------------------------------ block sizes
 
-def _no_resolver(target: Any) -> None:
-    if not target.up.compat.block_size_resolution:
-        lacks(target.version, target.up.compat.lacking()["block_sizes"])
+def _no_resolver(target: VllmTarget) -> None:
+    if not target.compat.block_size_resolution:
+        lacks(target.version, target.compat.lacking()["block_sizes"])
 
 
-def resolve_block_sizes(target: Any, kv_cache_config: KVCacheConfig, vllm_config: VllmConfig) -> tuple[int, int]:
+def resolve_block_sizes(target: VllmTarget, kv_cache_config: KVCacheConfig, vllm_config: VllmConfig) -> tuple[int, int]:
     """Upstream ``resolve_kv_cache_block_sizes`` on the scheduler's view of the config.
 
     Its ``ValueError`` (invalid ``prefix_match_unit``) is a :class:`BlockSizeError`;
@@ -290,10 +292,10 @@ COORDINATOR_NEUTRAL = {"max_in_flight_tokens": None, "dcp_world_size": 1, "pcp_w
                        "scheduler_block_size": None, "hash_block_size": None}
 
 
-def coordinator_kwargs(target: Any, cfg: Any, max_model_len: int, vllm_config: VllmConfig,
+def coordinator_kwargs(target: VllmTarget, cfg: Any, max_model_len: int, vllm_config: VllmConfig,
                        scheduler_block_size: int | None, hash_block_size: int | None) -> dict[str, Any]:
     caps = target.up.compat
-    kw = dict(kv_cache_config=cfg, max_model_len=max_model_len,
+    kw: dict[str, Any] = dict(kv_cache_config=cfg, max_model_len=max_model_len,
               max_in_flight_tokens=vllm_config.max_in_flight_tokens, use_eagle=False,
               enable_caching=vllm_config.enable_prefix_caching, enable_kv_cache_events=False,
               dcp_world_size=1, pcp_world_size=1, scheduler_block_size=scheduler_block_size,
@@ -305,7 +307,7 @@ def coordinator_kwargs(target: Any, cfg: Any, max_model_len: int, vllm_config: V
             kw["max_num_batched_tokens"] = vllm_config.max_num_batched_tokens
     if not caps.block_size_resolution:
         kw["scheduler_block_size"] = kw["hash_block_size"] = None
-    elif not caps.has("get_kv_cache_coordinator", "scheduler_block_size"):
+    elif not caps.coordinator_block_sizes:
         # 0.20 - 0.22 resolve a scheduler block size but hand it to the Scheduler only
         # (Scheduler(block_size=...)); their coordinator receives the hash block size alone
         kw["scheduler_block_size"] = None
@@ -318,14 +320,14 @@ def coordinator_kwargs(target: Any, cfg: Any, max_model_len: int, vllm_config: V
         unsupported(f"vLLM {caps.version}: {e}")
 
 
-def coordinator_accepts(target: Any, kv_cache_config: KVCacheConfig, vllm_config: VllmConfig,
+def coordinator_accepts(target: VllmTarget, kv_cache_config: KVCacheConfig, vllm_config: VllmConfig,
                         scheduler_block_size: int, hash_block_size: int) -> str | None:
     """Build upstream's KV cache coordinator; ``None`` if it accepts, else its error."""
     _no_resolver(target)
     up = target.up
     tr = Translator(up)
     cfg = apply_kv_cache_config_knobs(
-        up.generate_scheduler_kv_cache_config([tr.kv_cache_config(kv_cache_config)]), vllm_config)
+        up.compat, up.generate_scheduler_kv_cache_config([tr.kv_cache_config(kv_cache_config)]), vllm_config)
     kw = coordinator_kwargs(target, cfg, runtime_len(vllm_config), vllm_config,
                             scheduler_block_size, hash_block_size)
     try:
@@ -335,5 +337,21 @@ def coordinator_accepts(target: Any, kv_cache_config: KVCacheConfig, vllm_config
     return None
 
 
+def resolve_cache_hit_alignment_tokens(target: VllmTarget, kv_cache_config: KVCacheConfig,
+                                       vllm_config: VllmConfig, scheduler_block_size: int,
+                                       hash_block_size: int) -> int:
+    """The release's ``kv_cache_utils.resolve_cache_hit_alignment_tokens`` on the scheduler's
+    view of a kvverify ``KVCacheConfig``; a release without it skips with the reason."""
+    up = target.up
+    if not up.compat.cache_hit_alignment:
+        lacks(target.version, "has no resolve_cache_hit_alignment_tokens")
+    cfg = apply_kv_cache_config_knobs(
+        up.compat, up.generate_scheduler_kv_cache_config([Translator(up).kv_cache_config(kv_cache_config)]),
+        vllm_config)
+    with LOCK, preserved_environ():
+        vc = upstream_config(vllm_config, max_model_len=runtime_len(vllm_config))
+        return int(up.resolve_cache_hit_alignment_tokens(cfg, vc, scheduler_block_size, hash_block_size))
+
+
 __all__ = ["check_enough_kv_cache_memory", "coordinator_accepts", "estimate_max_model_len", "plan",
-           "resolve_block_sizes"]
+           "resolve_block_sizes", "resolve_cache_hit_alignment_tokens"]

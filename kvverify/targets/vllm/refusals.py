@@ -10,16 +10,16 @@ Three outcomes, never a silent pass and never an adapter crash counted as a defe
 * :func:`lacks` — the *installed release* lacks a capability the property needs (e.g. vLLM
   0.19.1 has no ``resolve_kv_cache_block_sizes``): the property skips, the reason names the
   release and what it lacks (:class:`ReleaseLacks` outside pytest).
+
+A property that needs a :class:`~kvverify.targets.base.Feature` asks before it starts
+(:func:`kvverify.targets.base.require`); :meth:`.target.VllmTarget.lacks` gives the reason.
 """
 
 from __future__ import annotations
 
-import sys
-from typing import Any, NoReturn
+from typing import NoReturn
 
-from kvverify.targets.base import Capability
-
-from kvverify.targets.base import TargetUnsupported  # the Target contract's exception
+from kvverify.targets.base import TargetUnsupported, in_pytest_test
 
 
 class ReleaseLacks(TargetUnsupported):
@@ -42,15 +42,9 @@ def unsupported(reason: str) -> NoReturn:
     raise TargetUnsupported(reason)
 
 
-def _in_pytest_test() -> bool:
-    """A pytest test is running (``PYTEST_CURRENT_TEST`` is set during setup, call, teardown)."""
-    import os
-    return "pytest" in sys.modules and "PYTEST_CURRENT_TEST" in os.environ
-
-
 def skip_unsupported(reason: str) -> NoReturn:
     """Skip the whole property (pytest) or raise :class:`TargetUnsupported` (elsewhere)."""
-    if _in_pytest_test():
+    if in_pytest_test():
         import pytest
         pytest.skip(f"vllm target: {reason}")
     raise TargetUnsupported(reason)
@@ -59,19 +53,10 @@ def skip_unsupported(reason: str) -> NoReturn:
 def lacks(version: str, what: str) -> NoReturn:
     """The release lacks ``what``: skip the property with that reason (pytest), else
     :class:`ReleaseLacks`. ``what`` reads after the version: ``"has no X (why)"``."""
-    if _in_pytest_test():
+    if in_pytest_test():
         import pytest
         pytest.skip(f"vllm target: vLLM {version} {what}")
     raise ReleaseLacks(version, what)
 
 
-def require(target: Any, capability: Capability, what: str = "") -> None:
-    """Skip (with the reason) a property that needs ``capability`` the target lacks."""
-    if capability not in getattr(target, "capabilities", frozenset(Capability)):
-        import pytest
-        why = getattr(target, "lacking", {}).get(capability, "")
-        pytest.skip(f"target {getattr(target, 'name', target)!r} lacks capability "
-                    f"{capability.value}{': ' + what if what else ''}{' (' + why + ')' if why else ''}")
-
-
-__all__ = ["ReleaseLacks", "TargetUnsupported", "lacks", "require", "skip_unsupported", "unsupported"]
+__all__ = ["ReleaseLacks", "TargetUnsupported", "lacks", "skip_unsupported", "unsupported"]

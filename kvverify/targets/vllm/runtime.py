@@ -4,28 +4,35 @@ Upstream objects are rebuilt from the plan on every call (a fresh ``VllmConfig``
 time: upstream mutates it), as ``EngineCore._initialize_kv_caches`` leaves them for the
 installed release: the cache block size set from the groups, then the block sizes the
 release resolves (``resolve_kv_cache_block_sizes`` where it has one; before 0.20 the
-engine uses the cache block size for both, inline).
+engine uses the cache block size for both, inline). What the release has is asked of
+:class:`~.compat.Compat` (``up.compat``), never probed here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvverify.reference import specs as kv
 from kvverify.reference.block_sizes import BlockSizeError
 from kvverify.reference.planner import StartupPlan
-from kvverify.targets.upstream_knobs import apply_kv_cache_config_knobs
 from kvverify.targets.vllm import compat
 from kvverify.targets.vllm.config import runtime_len, upstream_config
-from kvverify.targets.vllm.env import LOCK, preserved_environ
+from kvverify.targets.vllm.env import LOCK, Upstream, preserved_environ
+from kvverify.targets.vllm.knobs import apply_kv_cache_config_knobs
 from kvverify.targets.vllm.refusals import unsupported
 from kvverify.targets.vllm.specs import Translator
 
+if TYPE_CHECKING:
+    from kvverify.targets.vllm.target import VllmTarget
+
+#: a block hasher upstream's ``Request`` takes (``get_request_block_hasher(...)``), or none
+BlockHasher = Callable[..., Any] | None
+
 
 @dataclass
-class Upstream:
+class PlanObjects:
     """Upstream objects for one plan (rebuilt per call)."""
 
     vc: Any
@@ -36,7 +43,7 @@ class Upstream:
     hash_block_size: int
 
 
-def build(target: Any, plan: StartupPlan, resolve_block_sizes: bool = True) -> Upstream:
+def build(target: VllmTarget, plan: StartupPlan, resolve_block_sizes: bool = True) -> PlanObjects:
     """Upstream objects for a plan, as ``EngineCore._initialize_kv_caches`` leaves them."""
     up = target.up
     tr = Translator(up)
@@ -44,27 +51,28 @@ def build(target: Any, plan: StartupPlan, resolve_block_sizes: bool = True) -> U
     with preserved_environ():
         vc = upstream_config(config, max_model_len=runtime_len(config))
     workers = [tr.kv_cache_config(c) for c in plan.kv_cache_configs]
-    sched_cfg = apply_kv_cache_config_knobs(up.generate_scheduler_kv_cache_config(workers), config)
+    sched_cfg = apply_kv_cache_config_knobs(up.compat, up.generate_scheduler_kv_cache_config(workers), config)
     vc.cache_config.num_gpu_blocks = sched_cfg.num_blocks
     groups = sched_cfg.kv_cache_groups
     if groups:
         # The engine sets the cache block size to the smallest group's (>= 0.32: smallest
         # prefix-cacheable group's; a pure-Mamba model in mode none: max_model_len).
-        sizes = [g.kv_cache_spec.block_size for g in groups if getattr(g.kv_cache_spec, "prefix_cacheable", True)]
+        sizes = [g.kv_cache_spec.block_size for g in groups
+                 if not up.compat.prefix_cacheable or g.kv_cache_spec.prefix_cacheable]
         vc.cache_config.block_size = min(sizes or [g.kv_cache_spec.block_size for g in groups])
     sbs = hbs = 0
     if resolve_block_sizes:
         if up.compat.block_size_resolution:
             try:
-                sbs, hbs = up.resolve_kv_cache_block_sizes(sched_cfg, vc)
+                sbs, hbs = (int(x) for x in up.resolve_kv_cache_block_sizes(sched_cfg, vc))
             except ValueError as e:
                 raise BlockSizeError(str(e)) from e
         else:  # EngineCore before resolve_kv_cache_block_sizes: the cache block size, both
-            sbs = hbs = vc.cache_config.block_size
-    return Upstream(vc, tr, workers, sched_cfg, sbs, hbs)
+            sbs = hbs = int(vc.cache_config.block_size)
+    return PlanObjects(vc, tr, workers, sched_cfg, sbs, hbs)
 
 
-def block_hasher(target: Any, vc: Any, hash_block_size: int) -> Callable | None:
+def block_hasher(target: VllmTarget, vc: Any, hash_block_size: int) -> BlockHasher:
     if not vc.cache_config.enable_prefix_caching:
         return None
     up = target.up
@@ -75,22 +83,24 @@ def block_hasher(target: Any, vc: Any, hash_block_size: int) -> Callable | None:
             fn = up.get_hash_fn_by_name(algo)
             up.init_none_hash(fn)
             up.hash_fns[algo] = fn
-    return up.get_request_block_hasher(hash_block_size, fn)
+    hasher: BlockHasher = up.get_request_block_hasher(hash_block_size, fn)
+    return hasher
 
 
 #: KVCacheManager keywords a release may lack, with the value meaning "as before it existed"
 MANAGER_NEUTRAL = {"scheduler_block_size": None, "max_in_flight_tokens": None, "watermark": 0.0}
 
 
-def kv_cache_manager(target: Any, plan: StartupPlan) -> UpstreamKVCacheManager:
+def kv_cache_manager(target: VllmTarget, plan: StartupPlan) -> UpstreamKVCacheManager:
     """A fresh upstream ``KVCacheManager`` over the plan's pool, built as the Scheduler builds it."""
     up = target.up
     caps = up.compat
     u = build(target, plan)
     cfg = plan.vllm_config
-    kw = dict(kv_cache_config=u.scheduler_config, max_model_len=u.vc.model_config.max_model_len,
+    kw: dict[str, Any] = dict(
+              kv_cache_config=u.scheduler_config, max_model_len=u.vc.model_config.max_model_len,
               scheduler_block_size=u.scheduler_block_size, hash_block_size=u.hash_block_size,
-              max_in_flight_tokens=getattr(u.vc, "max_in_flight_tokens", None),
+              max_in_flight_tokens=u.vc.max_in_flight_tokens if caps.in_flight_tokens else None,
               enable_caching=cfg.enable_prefix_caching, watermark=cfg.watermark)
     if not caps.has("KVCacheManager", "scheduler_block_size"):
         kw["scheduler_block_size"] = None  # one block size: the hash block size is the cache's
@@ -104,7 +114,7 @@ def kv_cache_manager(target: Any, plan: StartupPlan) -> UpstreamKVCacheManager:
     except compat.KnobMissing as e:
         unsupported(f"vLLM {caps.version}: {e}")
     kvm = up.KVCacheManager(**kw)
-    return UpstreamKVCacheManager(kvm, u.translator, block_hasher(target, u.vc, u.hash_block_size))
+    return UpstreamKVCacheManager(kvm, u.translator, block_hasher(target, u.vc, u.hash_block_size), caps)
 
 
 def computed_blocks(kvm: Any, req: Any) -> tuple[Any, int]:
@@ -117,7 +127,7 @@ def computed_blocks(kvm: Any, req: Any) -> tuple[Any, int]:
 GATE_DROPPABLE = {"num_local_computed_tokens": None, "apply_admission_cap": True, "prefill_end": 0}
 
 
-def admit_on_empty_pool(target: Any, plan: StartupPlan, num_tokens: int) -> tuple[bool, dict]:
+def admit_on_empty_pool(target: VllmTarget, plan: StartupPlan, num_tokens: int) -> tuple[bool, dict[str, int]]:
     """Ask the release's full-sequence gate to admit a prompt of ``num_tokens`` on an empty pool.
 
     >= 0.20: ``allocate_slots(full_sequence_must_fit=True)``; before: the scheduler's
@@ -132,14 +142,14 @@ def admit_on_empty_pool(target: Any, plan: StartupPlan, num_tokens: int) -> tupl
     chunk = min(num_tokens - hit, plan.vllm_config.max_num_batched_tokens)
     full = min(req.num_tokens, kvm.max_model_len)
     local = req.num_computed_tokens + hit
-    gate_kw = dict(request_id=req.request_id, num_tokens=full, new_computed_blocks=blocks.blocks,
+    gate_kw: dict[str, Any] = dict(request_id=req.request_id, num_tokens=full, new_computed_blocks=blocks.blocks,
                    num_encoder_tokens=0, total_computed_tokens=min(local, kvm.max_model_len),
                    num_local_computed_tokens=local, num_tokens_main_model=full, apply_admission_cap=True,
                    prefill_end=max(req.num_prompt_tokens, req.num_tokens - 1))
     known = caps.params.get("get_num_blocks_to_allocate", frozenset())
     gate_kw = {k: v for k, v in gate_kw.items() if k in known or k not in GATE_DROPPABLE}
-    need = kvm.coordinator.get_num_blocks_to_allocate(**gate_kw)
-    free = kvm.block_pool.get_num_free_blocks()
+    need = int(kvm.coordinator.get_num_blocks_to_allocate(**gate_kw))
+    free = int(kvm.block_pool.get_num_free_blocks())
     if caps.admission_gate == "full_sequence_must_fit":
         alloc_kw: dict[str, Any] = dict(full_sequence_must_fit=True)
         if caps.has("allocate_slots", "has_scheduled_reqs"):
@@ -154,7 +164,7 @@ def admit_on_empty_pool(target: Any, plan: StartupPlan, num_tokens: int) -> tupl
     return got is not None, {"gate_charged_blocks": need, "free_blocks": free}
 
 
-def request(target: Any, view: UpstreamKVCacheManager, request_id: str, prompt: Sequence[int],
+def request(target: VllmTarget, view: UpstreamKVCacheManager, request_id: str, prompt: Sequence[int],
             max_tokens: int, priority: int = 0, arrival_time: float | None = None) -> Any:
     up = target.up
     return up.Request(request_id=request_id, prompt_token_ids=list(prompt),
@@ -168,40 +178,46 @@ def request(target: Any, view: UpstreamKVCacheManager, request_id: str, prompt: 
 class BlockPoolView:
     """Upstream ``BlockPool`` with the read-only helpers kvverify's pool invariants use."""
 
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: Any, caps: compat.Compat) -> None:
         self._pool = pool
+        self._caps = caps
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._pool, name)
 
     def free_block_ids(self) -> list[int]:
-        return [b.block_id for b in self._pool.free_block_queue.get_all_free_blocks()]
+        return [int(b.block_id) for b in self._pool.free_block_queue.get_all_free_blocks()]
 
     def held_block_ids(self) -> list[int]:
-        return [b.block_id for b in self._pool.blocks if b.ref_cnt > 0 and not b.is_null]
+        return [int(b.block_id) for b in self._pool.blocks if b.ref_cnt > 0 and not b.is_null]
 
     def ref_counts(self) -> dict[int, int]:
-        return {b.block_id: b.ref_cnt for b in self._pool.blocks if not b.is_null}
+        return {int(b.block_id): int(b.ref_cnt) for b in self._pool.blocks if not b.is_null}
 
     def cached_entries(self) -> Iterator[tuple[Any, Any]]:
         cache = self._pool.cached_block_hash_to_block
-        for key, blocks in getattr(cache, "_cache", cache).items():
+        # a BlockHashToBlockMap keeps its dict in ``_cache`` (Compat.hash_map); else a plain dict
+        entries = cache._cache if self._caps.hash_map else cache
+        # a block filed under several keys (Compat.pool_hash_sets): its other keys, by block id
+        others = self._pool.cached_block_hashes_by_block if self._caps.pool_hash_sets else {}
+        for key, blocks in entries.items():
             for block in (blocks.values() if isinstance(blocks, dict) else (blocks,)):
-                yield key, CachedBlockView(block, self._pool)
+                yield key, CachedBlockView(block, others)
 
 
 class CachedBlockView:
-    """A cached block seen through one of its keys (upstream may file a block under several)."""
+    """A cached block seen through one of its keys (upstream may file a block under several:
+    ``others[block_id]``, ``BlockPool.cached_block_hashes_by_block``)."""
 
-    def __init__(self, block: Any, pool: Any) -> None:
-        self._block, self._pool = block, pool
+    def __init__(self, block: Any, others: Any) -> None:
+        self._block, self._others = block, others
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._block, name)
 
     @property
     def block_hash(self) -> Any:
-        extra = getattr(self._pool, "cached_block_hashes_by_block", {}).get(self._block.block_id)
+        extra = self._others.get(self._block.block_id)
         if not extra:
             return self._block.block_hash
         return AnyOf({self._block.block_hash, *extra} - {None})
@@ -253,11 +269,11 @@ class UpstreamKVCacheManager:
     :class:`kvverify.invariants.allocation.AllocationRecorder` reads on the reference.
     """
 
-    def __init__(self, kvm: Any, translator: Translator, block_hasher: Callable | None) -> None:
+    def __init__(self, kvm: Any, translator: Translator, block_hasher: BlockHasher, caps: compat.Compat) -> None:
         self.upstream = kvm
         self.block_hasher = block_hasher
         self.request_block_hasher = block_hasher
-        self.block_pool = BlockPoolView(kvm.block_pool)
+        self.block_pool = BlockPoolView(kvm.block_pool, caps)
         self.coordinator = CoordinatorView(kvm.coordinator, translator)
         self.last_allocation: tuple[int, int] | None = None
         #: ``(reserved_blocks, free blocks at the per-step check)`` of the last successful call
@@ -268,8 +284,8 @@ class UpstreamKVCacheManager:
         state: dict[str, tuple[int, int]] = {}
 
         def counted(*args: Any, **kwargs: Any) -> int:
-            n = predict(*args, **kwargs)
-            state["last"] = (n, pool.get_num_free_blocks())
+            n = int(predict(*args, **kwargs))
+            state["last"] = (n, int(pool.get_num_free_blocks()))
             return n
 
         coordinator.get_num_blocks_to_allocate = counted
@@ -280,7 +296,7 @@ class UpstreamKVCacheManager:
             got = original(*args, **kwargs)
             if got is not None and "last" in state:
                 n, free = state["last"]
-                self.last_allocation = (n, free - pool.get_num_free_blocks())
+                self.last_allocation = (n, free - int(pool.get_num_free_blocks()))
                 self.last_reservation = (int(kwargs.get("reserved_blocks", 0) or 0), free)
             return got
 
@@ -302,4 +318,4 @@ class UpstreamKVCacheManager:
                    for b in m.req_to_blocks.get(request_id, ()) if not b.is_null)
 
 
-__all__ = ["UpstreamKVCacheManager", "admit_on_empty_pool", "build", "kv_cache_manager", "request"]
+__all__ = ["BlockHasher", "PlanObjects", "UpstreamKVCacheManager", "admit_on_empty_pool", "build", "kv_cache_manager", "request"]

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvverify.errors import ConfigError
 from kvverify.reference.planner import StartupPlan
-from kvverify.reference.request import fake_output_token
+from kvverify.reference.request import Request, fake_output_token
 from kvverify.targets.vllm import compat
 from kvverify.targets.vllm.env import LOCK, preserved_environ
-from kvverify.targets.vllm.runtime import UpstreamKVCacheManager, block_hasher, build, request
 from kvverify.targets.vllm.refusals import unsupported
+from kvverify.targets.vllm.runtime import UpstreamKVCacheManager, block_hasher, build, request
+
+if TYPE_CHECKING:
+    from kvverify.targets.vllm.target import VllmTarget
 
 
 @dataclass
@@ -48,15 +51,15 @@ class UpstreamScheduler:
     set on the scheduler as upstream's ``vllm_config.num_lookahead_tokens`` would.
     """
 
-    def __init__(self, target: Any, plan: StartupPlan, configure: Callable[[Any], None] | None = None) -> None:
+    def __init__(self, target: VllmTarget, plan: StartupPlan, configure: Callable[[Any], None] | None = None) -> None:
         up = target.up
-        caps = up.compat
+        caps = self.caps = up.compat
         self.target = target
         u = build(target, plan)
         if configure is not None:  # e.g. the KV transfer config (kvverify.targets.vllm.connector)
             configure(u.vc)
         self.plan = plan
-        kw = dict(vllm_config=u.vc, kv_cache_config=u.scheduler_config,
+        kw: dict[str, Any] = dict(vllm_config=u.vc, kv_cache_config=u.scheduler_config,
                   structured_output_manager=up.StructuredOutputManager(u.vc),
                   block_size=u.scheduler_block_size, hash_block_size=u.hash_block_size, log_stats=False)
         if not caps.block_size_resolution:
@@ -71,9 +74,9 @@ class UpstreamScheduler:
         self.scheduler_block_size = u.scheduler_block_size
         self.hash_block_size = u.hash_block_size
         self.kv_cache_manager = UpstreamKVCacheManager(
-            self.upstream.kv_cache_manager, u.translator, block_hasher(target, u.vc, u.hash_block_size))
-        self.max_model_len = self.upstream.max_model_len
-        self.max_num_scheduled_tokens = self.upstream.max_num_scheduled_tokens
+            self.upstream.kv_cache_manager, u.translator, block_hasher(target, u.vc, u.hash_block_size), caps)
+        self.max_model_len = int(self.upstream.max_model_len)
+        self.max_num_scheduled_tokens = int(self.upstream.max_num_scheduled_tokens)
         self.finished: list[str] = []
         self.num_preemptions = 0
         self.current_step = 0
@@ -82,7 +85,7 @@ class UpstreamScheduler:
         #: (``Request.shared_prefix_boundary > 0``): a Mamba-align prefill chunk stops there
         self.junction_stops = 0
 
-    def add_request(self, req: Any) -> None:
+    def add_request(self, req: Request) -> None:
         """Queue a kvverify ``Request`` (as the engine's input processor would)."""
         if req.num_prompt_tokens >= self.max_model_len:
             raise ConfigError("prompt_token_ids", f"<{req.num_prompt_tokens} tokens>",
@@ -91,7 +94,7 @@ class UpstreamScheduler:
         # arrival_time = add order (the reference's priority tie-break), not the wall clock
         self.upstream.add_request(request(self.target, self.kv_cache_manager, req.request_id,
                                           req.prompt_token_ids, req.max_tokens,
-                                          priority=getattr(req, "priority", 0),
+                                          priority=req.priority,
                                           arrival_time=float(self.current_arrival())))
 
     def current_arrival(self) -> int:
@@ -112,12 +115,16 @@ class UpstreamScheduler:
 
     @property
     def waiting(self) -> list[Any]:
+        """Waiting requests holding no KV blocks (those holding blocks: :attr:`kv_holding_waiting`)."""
         return list(self.upstream.waiting)
 
     @property
     def kv_holding_waiting(self) -> list[Any]:
-        """Waiting requests holding KV blocks (only a KV connector's loads put them there)."""
-        return list(getattr(self.upstream, compat.waiting_queues(self.upstream)[0], ()))
+        """Waiting requests holding KV blocks (only a KV connector's loads put them there), in the
+        queue the release drains first (``Compat.waiting_queues``: 0.31 and later
+        ``kv_holding_waiting``, 0.27 - 0.29 ``skipped_waiting``)."""
+        first = self.caps.waiting_queues()[0]
+        return list(getattr(self.upstream, first)) if first else []
 
     def has_pending_external_events(self) -> bool:
         """Nothing outside the step changes this scheduler (no connector, one batch in flight)."""
@@ -132,7 +139,8 @@ class UpstreamScheduler:
         self.current_step += 1
         out = sched.schedule()
         rids = list(out.num_scheduled_tokens)
-        self.junction_stops += sum(1 for rid in rids if getattr(sched.requests[rid], "shared_prefix_boundary", 0))
+        if self.caps.shared_prefix_boundary:
+            self.junction_stops += sum(1 for rid in rids if sched.requests[rid].shared_prefix_boundary)
         sampled: list[list[int]] = []
         sampled_ids: list[str] = []
         for rid in rids:
@@ -147,7 +155,7 @@ class UpstreamScheduler:
         engine_outputs = sched.update_from_output(out, mro)
         finished = [o.request_id for eco in engine_outputs.values() for o in eco.outputs
                     if o.finish_reason is not None]
-        preempted = sorted(getattr(out, "preempted_req_ids", None) or ())
+        preempted = sorted((out.preempted_req_ids if self.caps.preempted_req_ids else None) or ())
         self.num_preemptions += len(preempted)
         self.finished.extend(finished)
         step_out = StepOutput(step=self.current_step, num_scheduled_tokens=dict(out.num_scheduled_tokens),

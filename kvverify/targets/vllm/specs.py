@@ -7,14 +7,15 @@ no list kept here. Only the uniform-type group spec (a structural wrapper, not a
 special. A field the installed release's class lacks is dropped when it holds kvverify's
 default (it then means what the release did before the field existed) and refused
 otherwise (:func:`~.refusals.unsupported`: the example is rejected, with the reason); read
-back, a missing field is kvverify's default. Tensors translate between kvverify's strided
-``KVCacheTensor`` and the release's (:mod:`.compat`, ``tensor_layout``).
+back, a missing field is kvverify's default. Which classes and fields the release has is
+detected once (``Compat.spec_fields`` / ``spec_attrs``). Tensors translate between kvverify's
+strided ``KVCacheTensor`` and the release's (:mod:`.compat`, ``tensor_layout``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kvverify.errors import ConfigError, KVVerifyError
@@ -22,6 +23,8 @@ from kvverify.reference import kinds
 from kvverify.reference import specs as kv
 from kvverify.reference.grouping import KVCacheGroupSpec
 from kvverify.reference.planner import KVCacheConfig, KVCacheTensor
+from kvverify.targets.vllm.compat import DriftError
+from kvverify.targets.vllm.env import Upstream
 from kvverify.targets.vllm.refusals import unsupported
 
 #: the structural group spec (not a registered kind): kvverify class <-> upstream class name
@@ -59,7 +62,7 @@ _TORCH_DTYPE_NAMES = {
 
 
 #: field -> the value a release without the field implies (besides the field's default)
-IMPLIED_WHEN_ABSENT = {
+IMPLIED_WHEN_ABSENT: dict[str, Callable[[Any], Any]] = {
     "head_size_v": lambda s: s.head_size,  # before head_size_v: V heads are head_size wide
 }
 
@@ -70,31 +73,23 @@ def _means_absent(s: kv.KVCacheSpec, name: str, defaults: dict[str, Any]) -> boo
     if name in defaults and value == defaults[name]:
         return True
     implied = IMPLIED_WHEN_ABSENT.get(name)
-    return implied is not None and value == implied(s)
+    return implied is not None and bool(value == implied(s))
 
 
 def _defaults(cls: type) -> dict[str, Any]:
     return {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
 
 
-def upstream_fields(cls: type) -> frozenset[str]:
-    """Constructor fields of an upstream spec / tensor dataclass (what the release knows)."""
-    if dataclasses.is_dataclass(cls):
-        return frozenset(f.name for f in dataclasses.fields(cls))
-    import inspect
-    return frozenset(inspect.signature(cls).parameters)
-
-
 class Translator:
     """kvverify specs <-> upstream specs for one call (remembers the dtype names used)."""
 
-    def __init__(self, up: Any) -> None:
+    def __init__(self, up: Upstream) -> None:
         self.up = up
         self.names: dict[Any, str] = {}
 
     @property
     def version(self) -> str:
-        return str(self.up.compat.version)
+        return self.up.compat.version
 
     # -- to upstream --
 
@@ -106,10 +101,10 @@ class Translator:
         return dt
 
     def _build(self, s: kv.KVCacheSpec, upstream_name: str, values: dict[str, Any]) -> Any:
-        cls = getattr(self.up.iface, upstream_name, None)
-        if cls is None:
+        known = self.up.compat.spec_fields.get(upstream_name)
+        if known is None:
             unsupported(f"vLLM {self.version} has no {upstream_name}")
-        known = upstream_fields(cls)
+        cls = getattr(self.up.iface, upstream_name)
         defaults = _defaults(type(s))
         kwargs = {}
         for name, value in values.items():
@@ -167,7 +162,12 @@ class Translator:
 
     def spec_back(self, s: Any) -> kv.KVCacheSpec:
         """The release's spec -> kvverify's (by exact class name; a field the release lacks: the default)."""
-        cls = kvverify_class(type(s).__name__)
+        upstream_name = type(s).__name__
+        cls = kvverify_class(upstream_name)
+        attrs = self.up.compat.spec_attrs.get(upstream_name)
+        if attrs is None:
+            raise DriftError(f"vLLM {self.version}: upstream produced a {upstream_name}, which "
+                             f"vllm.v1.kv_cache_interface does not define")
         if cls is kv.UniformTypeKVCacheSpecs:
             return kv.UniformTypeKVCacheSpecs(
                 block_size=s.block_size,
@@ -175,7 +175,7 @@ class Translator:
         defaults = _defaults(cls)
         values: dict[str, Any] = {}
         for f in kinds.spec_fields(cls):
-            value = getattr(s, f, None) if hasattr(s, f) else defaults[f]
+            value = getattr(s, f) if f in attrs else defaults[f]
             if value is None and defaults.get(f) is not None:
                 value = defaults[f]  # e.g. an older MLAAttentionSpec's head_size_v=None: no V heads (0)
             values[f] = value
@@ -185,7 +185,7 @@ class Translator:
             values["dtypes"] = tuple(self.dtype_name(d) for d in s.dtypes)
         if "shapes" in values:
             values["shapes"] = tuple(tuple(x) for x in s.shapes)
-        page = getattr(s, "page_size_bytes", None)
+        page = s.page_size_bytes if "page_size_bytes" in attrs else None
         try:
             out = cls(**values)
         except KVVerifyError:
@@ -222,7 +222,7 @@ class Translator:
 # ------------------------------------------------- tensors: (size, shared_by) <-> strided
 
 def strided_from_shared_by(num_blocks: int, tensors: Sequence[tuple[int, tuple[str, ...]]]) -> tuple[KVCacheTensor, ...]:
-    """Releases <= 0.27 plan ``KVCacheTensor(size, shared_by)``: buffer ``j`` of ``size_j``
+    """Releases <= 0.28 plan ``KVCacheTensor(size, shared_by)``: buffer ``j`` of ``size_j``
     bytes, used whole by each layer in ``shared_by`` (one layer per group). Laid end to end,
     the buffers are one backing of ``sum(size_j)`` bytes in which layer ``l`` of buffer ``j``
     starts at ``offset_j`` with ``block_stride = size_j / num_blocks`` — kvverify's strided
@@ -252,5 +252,5 @@ def shared_by_tensors(cfg: KVCacheConfig) -> list[tuple[int, tuple[str, ...]]]:
     return [(size, tuple(names)) for (_, size), names in sorted(buffers.items())]
 
 
-__all__ = ["UNIFORM_TYPE_CLASS", "Translator", "kvverify_class", "upstream_class_name", "shared_by_tensors", "strided_from_shared_by",
-           "upstream_fields"]
+__all__ = ["UNIFORM_TYPE_CLASS", "Translator", "kvverify_class", "shared_by_tensors", "strided_from_shared_by",
+           "upstream_class_name"]

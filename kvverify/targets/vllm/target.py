@@ -2,39 +2,51 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kvverify.errors import ConfigError
 from kvverify.reference import specs as kv
 from kvverify.reference.config import VllmConfig
 from kvverify.reference.connector import ConnectorScript
-from kvverify.reference.driver import WorkloadResult, WorkloadSpec
+from kvverify.reference.driver import SchedulerLike, WorkloadResult, WorkloadSpec
 from kvverify.reference.driver import run_workload as drive
 from kvverify.reference.planner import KVCacheConfig, StartupPlan
-from kvverify.targets.base import Capability
-from kvverify.targets.vllm import compat, planner, runtime
-from kvverify.targets.vllm.env import upstream
-from kvverify.targets.vllm.refusals import lacks, skip_unsupported
+from kvverify.reference.steptrace import StepRecorder
+from kvverify.targets.base import Capability, Feature
+from kvverify.targets.vllm import compat, findings, planner, runtime
+from kvverify.targets.vllm.env import Upstream, upstream
+from kvverify.targets.vllm.refusals import lacks as release_lacks
+from kvverify.targets.vllm.refusals import skip_unsupported
 from kvverify.targets.vllm.scheduler import UpstreamScheduler
 
 #: Layout preference a worker reports. ``None``: "any backend" (upstream's default
 #: preference, resolves to LBNHC, layer-outer — the layout the reference models).
 DEFAULT_SUPPORTED_LAYOUTS: list[str] | None = None
 
+#: Features the adapter never has, whatever the release: why, as the skip says
+NEVER: dict[Feature, str] = {
+    Feature.FIX_OPTIONS: "fixes are options on the reference",
+    Feature.ENCODER_INPUTS: "the vllm target runs decoder-only requests (encoder inputs are not fed upstream)",
+    Feature.NAMED_REFUSALS: "vllm target: upstream's coordinator refuses with bare asserts (no message)",
+    Feature.NONPOSITIVE_BLOCK_SIZES: ("vllm target: block sizes < 1 never reach upstream's coordinator "
+                                      "(it asserts nothing about them)"),
+}
+
 
 class VllmTarget:
-    """The installed upstream vLLM (0.19.1 … 0.33.0) behind the target interface.
+    """The installed upstream vLLM (a supported release, :mod:`.support`) behind the target interface.
 
     ``capabilities`` lists what this release can answer; ``lacking`` says, per capability
     it cannot, why (``Capability.BLOCK_SIZES`` on a release without
-    ``resolve_kv_cache_block_sizes``). ``compat`` holds the detected per-release differences.
+    ``resolve_kv_cache_block_sizes``). ``compat`` holds the detected per-release differences;
+    :meth:`lacks` answers the :class:`~kvverify.targets.base.Feature` questions from it.
     """
 
     name = "vllm"
 
     def __init__(self, supported_layouts: Sequence[str] | None = DEFAULT_SUPPORTED_LAYOUTS) -> None:
-        self.up = upstream()
+        self.up: Upstream = upstream()
         self.compat: compat.Compat = self.up.compat
         self.version = str(self.up.vllm.__version__)
         self.supported_layouts = list(supported_layouts) if supported_layouts else list(self.up.default_layouts)
@@ -46,27 +58,34 @@ class VllmTarget:
             self.lacking[Capability.KV_CONNECTOR] = f"vLLM {self.version} {lacking['kv_connector']}"
         self.capabilities = frozenset(Capability) - frozenset(self.lacking)
 
-    def require_feature(self, feature: str) -> None:
-        """Skip the property, with the reason, when this release lacks ``feature``
-        (``"admission_caps"``: SWA / chunked-local admission caps, detected as ``compat.Compat.admission_caps``)."""
-        if feature == "admission_caps" and self.compat.admission_caps == "none":
-            lacks(self.version, "has no SWA / chunked-local admission caps (no max_admission_blocks_per_request; "
-                                "the gate charges the full sequence): a cap the release does not have cannot be "
-                                "checked")
-        # ``"coordinator_block_sizes"``: the coordinator receives the scheduler block size (>= 0.25)
-        if feature == "coordinator_block_sizes" and not self.compat.has("get_kv_cache_coordinator",
-                                                                         "scheduler_block_size"):
-            lacks(self.version, "has no scheduler_block_size in get_kv_cache_coordinator (the Scheduler alone "
-                                "gets it): its coordinator cannot judge a (scheduler, hash) block-size pair")
+    def _release_lacks(self, what: str) -> str:
+        return f"vllm target: vLLM {self.version} {what}"
+
+    def lacks(self, feature: Feature) -> str | None:
+        """Why this release (or the adapter) lacks ``feature``, or ``None``."""
+        if feature in NEVER:
+            return NEVER[feature]
+        caps = self.compat
+        if feature is Feature.ADMISSION_CAPS and caps.admission_caps == "none":
+            return self._release_lacks("has no SWA / chunked-local admission caps (no "
+                                       "max_admission_blocks_per_request; the gate charges the full sequence): "
+                                       "a cap the release does not have cannot be checked")
+        if feature is Feature.COORDINATOR_BLOCK_SIZES and not caps.coordinator_block_sizes:
+            return self._release_lacks("has no scheduler_block_size in get_kv_cache_coordinator (the Scheduler "
+                                       "alone gets it): its coordinator cannot judge a (scheduler, hash) "
+                                       "block-size pair")
+        if feature is Feature.CACHE_HIT_ALIGNMENT and not caps.cache_hit_alignment:
+            return self._release_lacks("has no resolve_cache_hit_alignment_tokens")
+        return None
 
     def expects_finding(self, finding: str) -> bool:
         """Whether known finding ``finding`` (``"F3"``) exists in this release (measured table)."""
-        return compat.finding_expected(finding, self.compat, planner.memory_rules(self))
+        return findings.finding_expected(finding, self.compat, planner.memory_rules(self))
 
     def finding_replay_masked(self, finding: str) -> str | None:
         """Why ``finding``'s minimal counterexample cannot show it on this release (another
-        defect of the release fails it first), or ``None`` (``compat.FINDING_REPLAY_MASKED``)."""
-        return compat.finding_replay_masked(finding, self.compat)
+        defect of the release fails it first), or ``None`` (``findings.FINDING_REPLAY_MASKED``)."""
+        return findings.finding_replay_masked(finding, self.compat)
 
     # -- planning --
 
@@ -99,9 +118,8 @@ class VllmTarget:
     def resolve_cache_hit_alignment_tokens(self, kv_cache_config: KVCacheConfig, vllm_config: VllmConfig,
                                            scheduler_block_size: int, hash_block_size: int) -> int:
         """Upstream ``resolve_cache_hit_alignment_tokens`` (skips on a release without it)."""
-        from kvverify.targets.upstream_knobs import resolve_cache_hit_alignment_tokens
-        return resolve_cache_hit_alignment_tokens(self, kv_cache_config, vllm_config, scheduler_block_size,
-                                                  hash_block_size)
+        return planner.resolve_cache_hit_alignment_tokens(self, kv_cache_config, vllm_config,
+                                                          scheduler_block_size, hash_block_size)
 
     def coordinator_accepts(self, kv_cache_config: KVCacheConfig, vllm_config: VllmConfig,
                             scheduler_block_size: int, hash_block_size: int) -> str | None:
@@ -115,7 +133,7 @@ class VllmTarget:
         """A fresh upstream ``KVCacheManager`` over the plan's pool, built as the Scheduler builds it."""
         return runtime.kv_cache_manager(self, plan)
 
-    def admit_on_empty_pool(self, plan: StartupPlan, num_tokens: int) -> tuple[bool, dict]:
+    def admit_on_empty_pool(self, plan: StartupPlan, num_tokens: int) -> tuple[bool, dict[str, int]]:
         """Ask the release's full-sequence admission gate to admit a prompt of ``num_tokens``."""
         return runtime.admit_on_empty_pool(self, plan, num_tokens)
 
@@ -127,25 +145,30 @@ class VllmTarget:
             skip_unsupported("scheduling an attention-free model (no KV cache groups)")
         return UpstreamScheduler(self, plan)
 
-    def run_workload(self, plan: StartupPlan, workload: Sequence[WorkloadSpec], **kw: Any) -> WorkloadResult:
-        """Upstream's scheduler through :func:`kvverify.reference.driver.run_workload` (same stall detection)."""
-        sched = kw.pop("scheduler", None)
-        if sched is not None and not isinstance(sched, UpstreamScheduler):
+    def run_workload(self, plan: StartupPlan, workload: Sequence[WorkloadSpec], *,
+                     max_steps: int | None = None, keep_trace: bool = True,
+                     scheduler: SchedulerLike | None = None,
+                     on_step: Callable[[SchedulerLike, int], None] | None = None,
+                     recorder: StepRecorder | None = None, **kw: Any) -> WorkloadResult:
+        """Upstream's scheduler through :func:`kvverify.reference.driver.run_workload` (same stall
+        detection). Knobs the reference's driver takes and upstream resolves itself skip."""
+        if scheduler is not None and not isinstance(scheduler, UpstreamScheduler):
             skip_unsupported("the property passes a reference Scheduler; use target.scheduler(plan)")
         for knob in ("scheduler_block_size", "hash_block_size"):
             if kw.pop(knob, None) is not None:
                 skip_unsupported(f"{knob}= is resolved by upstream, not passed in")
         if kw.pop("full_sequence_must_fit", True) is not True:
             skip_unsupported("full_sequence_must_fit=False (the scheduler always gates admission)")
-        sched = sched or self.scheduler(plan)
-        return drive(plan.vllm_config, plan.kv_cache_config, workload, scheduler=sched, **kw)
+        sched = scheduler or self.scheduler(plan)
+        return drive(plan.vllm_config, plan.kv_cache_config, workload, scheduler=sched, max_steps=max_steps,
+                     keep_trace=keep_trace, on_step=on_step, recorder=recorder, **kw)
 
     # -- KV connector --
 
-    def connector_scheduler(self, plan: StartupPlan, script: ConnectorScript | None) -> Any:
+    def connector_scheduler(self, plan: StartupPlan, script: ConnectorScript | None) -> SchedulerLike:
         """Upstream's Scheduler with the scripted KV connector (:mod:`.connector`)."""
         if Capability.KV_CONNECTOR in self.lacking:
-            lacks(self.version, self.compat.lacking()["kv_connector"])
+            release_lacks(self.version, self.compat.lacking()["kv_connector"])
         if not plan.groups:
             skip_unsupported("scheduling an attention-free model (no KV cache groups)")
         from kvverify.targets.vllm.connector import ConnectorScheduler
@@ -158,4 +181,4 @@ class VllmTarget:
         return drive(plan.vllm_config, plan.kv_cache_config, workload, scheduler=sched, **kw)
 
 
-__all__ = ["DEFAULT_SUPPORTED_LAYOUTS", "VllmTarget"]
+__all__ = ["DEFAULT_SUPPORTED_LAYOUTS", "NEVER", "VllmTarget"]

@@ -1,0 +1,11 @@
+"""torchvision stub submodule: every name is an inert placeholder (see ``torchvision/__init__``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchvision._placeholder import placeholder
+
+
+def __getattr__(name: str) -> Any:
+    return placeholder(__name__, name)
