@@ -98,7 +98,9 @@ def _connector_requests(draw, max_model_len: int, block_size: int, max_requests:
         common = min(prefix_len, prompt_len)
         prompt = tuple(range(common)) + tuple(10_000 * (i + 1) + j for j in range(prompt_len - common))
         arrival = 0 if burst else draw(st.integers(0, 8))
-        out.append(WorkloadSpec(f"r{i}", prompt, outputs, arrival, priority=draw(st.integers(0, 2))))
+        # priorities tie often (the FCFS order within a level is the boundary), else 0-2
+        priority = draw(st.sampled_from((0, 0, 1, 2)))
+        out.append(WorkloadSpec(f"r{i}", prompt, outputs, arrival, priority=priority))
     return out
 
 

@@ -312,6 +312,13 @@ def test_corpus_format_and_coverage() -> None:
     assert not short, f"corpus truncated? (kind: (found, minimum)) {short}; {golden.RERECORD}"
     refusals = sum(1 for r in records if r.kind == "startup" and r.outputs.get("check"))
     assert refusals >= 30, f"only {refusals} startup-check refusals recorded"
+    # the planner-corpus class closed by issue 29 (item 7): hybrids whose scheduler block is a
+    # multiple of the hash block, where partial hash hits make upstream align hits to the hash
+    # block size; the replay (test_reference_matches_recorded_vllm) must match each of them
+    hash_aligned = [r for r in records if r.kind == "block_sizes" and r.outputs["block_sizes"][0] == "ok"
+                    and r.outputs["cache_hit_alignment_tokens"][1] == r.outputs["block_sizes"][1][1]
+                    != r.outputs["block_sizes"][1][0]]
+    assert len(hash_aligned) >= 20, f"only {len(hash_aligned)} hash-aligned cache-hit records; {golden.RERECORD}"
 
 
 # ---------------------------------------------------------- it can fail (bug zoo)
