@@ -108,13 +108,14 @@ def _connector_requests(draw, max_model_len: int, block_size: int, max_requests:
 def connector_workloads(draw, max_model_len: int, block_size: int, *, max_requests: int = 4,
                         max_outputs: int = 32, pool_tokens: int | None = None, min_requests: int = 1
                         ) -> tuple[list[WorkloadSpec], ConnectorScript]:
-    """``(workload, script)``: :func:`_connector_requests` with a script per request (most
-    requests; some have no external hit), a role and a failure policy."""
+    """``(workload, script)``: :func:`_connector_requests` with a script per request (every
+    request half the time, else most; some have no external hit), a role and a failure policy."""
     work = draw(_connector_requests(max_model_len, block_size, max_requests, max_outputs, pool_tokens,
                                     min_requests), label="workload")
     scripts = {}
+    every = draw(st.booleans())  # half the time every request has its script (loads in flight together)
     for w in work:
-        if draw(st.integers(0, 3)):
+        if every or draw(st.integers(0, 3)):
             scripts[w.request_id] = draw(request_scripts(len(w.prompt_token_ids), block_size))
     role = draw(st.sampled_from(KV_ROLES))
     policy = draw(st.sampled_from(KV_LOAD_FAILURE_POLICIES))
