@@ -79,7 +79,8 @@ def _forward(d: Defect) -> str:
 
 def render(results: Sequence[ReleaseResult], *, repo_root: Path, doc_path: Path, command: str = "kvverify releases",
            not_run: Sequence[str] = (), title: str = "The suite against real vLLM releases",
-           suite: str = "properties/", source: str = "kvverify/cli/releases.py") -> str:
+           suite: str = "properties/", source: str = "kvverify/cli/releases.py",
+           reports: str = "reports/releases") -> str:
     """``docs/releases.md`` from the per-release results (``title``, ``suite``, ``source``: a
     section of the matrix, :mod:`.selected`)."""
     doc_dir = doc_path.parent
@@ -94,7 +95,7 @@ def render(results: Sequence[ReleaseResult], *, repo_root: Path, doc_path: Path,
          "venv) on its release (exit 1 = reproduced) and on the later installed releases until it passes (exit 0:",
          "the first release that fixed it; `rejected` = the example no longer gets past the property's assumptions",
          "there, e.g. its startup check now refuses the deployment).",
-         "Report links point into `reports/releases/X.Y.Z/` (generated, not committed): rerun to get them.", ""]
+         f"Report links point into `{reports}/X.Y.Z/` (generated, not committed): rerun to get them.", ""]
     if not_run:
         L += [f"Installed but not run yet: {', '.join(not_run)}.", ""]
     if not results:

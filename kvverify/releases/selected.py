@@ -55,7 +55,7 @@ def publish_section(name: str, results: Sequence[ReleaseResult], *, repo_root: P
     doc.parent.mkdir(parents=True, exist_ok=True)
     text = render(results, repo_root=repo_root, doc_path=doc, not_run=not_run, title=TITLES.get(name, name),
                   command=f"python -m kvverify.releases.selected {name}", suite=" ".join(SECTIONS[name]),
-                  source="kvverify/releases/selected.py")
+                  source="kvverify/releases/selected.py", reports=f"reports/releases-{name}")
     write_atomic(doc, text + "\n")
     write_atomic(doc.with_suffix(".json"), json.dumps({"section": name, "tests": list(SECTIONS[name]),
                                                        **summary(results)}, indent=1) + "\n")
