@@ -64,6 +64,27 @@ CATALOG: dict[str, Fix] = {f.name: f for f in (
         "MambaSpec.max_memory_usage_bytes in align mode reserves 1 + S pages, not 2 + S + P, when the "
         "tokens a request is sized by fit in one block (T <= B; T = L, or L - 1 under "
         "check_plans_computed_tokens): no previous state block is ever held, no checkpoint taken"),
+    Fix("spec_decode_padding_fits_budget", "F10-spec-decode-padding-exceeds-token-budget",
+        "the waiting scan pads a new one-token decode to 1 + num_speculative_tokens slots only when the "
+        "padded step fits max_num_scheduled_tokens; otherwise it schedules the token unpadded instead of "
+        "breaking the scan on every step",
+        explains_general_failures=True),
+    Fix("async_load_reserves_own_need", "F11-async-load-spec-reservation-refuses-forever",
+        "an async KV load reserves for its own speculative step at most the blocks the request will still "
+        "need after this allocation (its full sequence with the speculative slots, capped at max_model_len "
+        "as allocate_slots caps them, minus what the load takes), not always _spec_decode_step_blocks, "
+        "which a pool sized for one request can never spare",
+        explains_general_failures=True),
+    Fix("landed_load_not_reloaded", "F12-one-token-full-hit-reloads-forever",
+        "a request promoted from a landed KV load keeps its loaded KV and is never offered to the "
+        "connector again: a one-token prompt whose full hit rewinds to num_tokens - 1 = 0 computed "
+        "tokens is scheduled, not treated as a new request and loaded again",
+        explains_general_failures=True),
+    Fix("mamba_align_counts_loaded_state", "F13-mamba-align-uncounted-loaded-state-block",
+        "MambaManager.get_num_blocks_to_allocate (align mode) counts the state block that "
+        "allocate_external_computed_blocks takes for a new request's KV-connector tokens, and never "
+        "returns a negative count, so an admitted step never raises 'Cannot get N free blocks'",
+        explains_general_failures=True),
     Fix("budget_rechecked_after_late_chunked_prefill_off", "F14-late-chunked-prefill-off-skips-budget-check",
         "the engine core re-runs SchedulerConfig.verify_max_model_len after it turns chunked prefill off late "
         "(non-causal attention layers, no KV cache groups), so a budget below max_model_len is refused at "

@@ -91,6 +91,9 @@ def _resolve(dotted: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
+_NO_LEMMA_SCHED = ("the scheduler's KV-transfer paths (a liveness defect over steps), not a capacity "
+                   "formula the lemmas prove")
+
 CATALOG: dict[str, Flaw] = {f.name: f for f in (
     Flaw(name="override_ignored_in_check",
          upstream="#27181, fixed by #41069",
@@ -155,7 +158,7 @@ CATALOG: dict[str, Flaw] = {f.name: f for f in (
          upstream="#34445",
          symptom="Mamba-align model hangs on the first long prompt",
          defect="when block_size > max_num_batched_tokens the aligned chunk rounds down to 0 tokens",
-         switched_in="kvverify/reference/scheduler.py",
+         switched_in="kvverify/reference/sched/scheduler.py",
          caught_by="kvverify.props.admission.test_admitted_workload_completes",
          budget=Budget(examples=200, shrunk_len=256),
          regression="kvverify.zoo_cases.mamba_align_zero_chunk",
@@ -180,6 +183,64 @@ CATALOG: dict[str, Flaw] = {f.name: f for f in (
          budget=Budget(examples=200, shrunk_len=256),
          regression="kvverify.zoo_cases.evictable_hits_not_counted",
          no_lemma="the managers' prefix-cache accounting at runtime, outside the proved capacity formulas"),
+    # the KV-transfer paths (issue 29): two or three requests whose prompts fill a pool at the
+    # startup boundary; the shrinker keeps N with L (N = blocks for L + 1), so N may stay larger
+    Flaw(name="async_load_unreserved",
+         upstream="#45387 / #45388, fixed by #44560",
+         symptom="Running: 0, Waiting: N, free blocks present, 0 tok/s under a KV-offloading connector",
+         defect="an async KV load is admitted against all free blocks (reserved_blocks=0), taking the "
+                "blocks other in-flight prefills and parked loads still need to finish",
+         switched_in="kvverify/reference/sched/kv_transfer.py",
+         caught_by="kvverify.props.connector.test_connector_workload_completes",
+         budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
+         regression="kvverify.zoo_cases.async_load_unreserved",
+         no_lemma=_NO_LEMMA_SCHED),
+    Flaw(name="skipped_queue_not_split_by_blocks",
+         upstream="#45406 / #57841 (0.27 - 0.29: one skipped_waiting queue)",
+         symptom="parked loads that landed are stranded behind a skipped head that needs more blocks than "
+                 "are free: running=0, nothing scheduled, only a restart recovers",
+         defect="skip_request puts every skipped request into the queue drained first, so a request "
+                "holding no blocks can sit ahead of block holders and stop the scan",
+         switched_in="kvverify/reference/sched/waiting.py",
+         caught_by="kvverify.props.connector.test_connector_workload_completes",
+         budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
+         regression="kvverify.zoo_cases.skipped_queue_not_split_by_blocks",
+         no_lemma=_NO_LEMMA_SCHED),
+    Flaw(name="spec_blocks_unreserved_after_load",
+         upstream="#57104",
+         symptom="KV connector + MTP under KV pressure: a landed load cannot get the block for its "
+                 "speculative slots, every step repeats the same state",
+         defect="the async-load gate reserves neither the admitted load's own speculative step "
+                "(_spec_decode_step_blocks) nor the speculative slots of the other parked loads",
+         switched_in="kvverify/reference/sched/kv_transfer.py",
+         caught_by="kvverify.props.connector.test_speculative_connector_workload_completes",
+         budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
+         regression="kvverify.zoo_cases.spec_blocks_unreserved_after_load",
+         no_lemma=_NO_LEMMA_SCHED),
+    Flaw(name="deferred_requests_hold_slots",
+         upstream="#53130 (reported on 0.27.1) / #42568's accounting",
+         symptom="admission stops for good once running + deferred requests reach max_num_seqs, "
+                 "with the KV cache mostly free; /health stays 200",
+         defect="requests parked or skipped in the waiting scan count against max_num_seqs, and the "
+                "cap is checked before any of them can be promoted",
+         switched_in="kvverify/reference/sched/waiting.py",
+         caught_by="kvverify.props.connector.test_connector_workload_completes",
+         budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
+         regression="kvverify.zoo_cases.deferred_requests_hold_slots",
+         no_lemma=_NO_LEMMA_SCHED),
+    Flaw(name="deferred_free_preemption_cascade",
+         upstream="#49674, fixed by #49675",
+         symptom="two batches in flight + a consumer connector: one failed allocation preempts every "
+                 "running request while their blocks stay fenced; 0 tok/s",
+         defect="the running pass preempts a victim whose block free is deferred behind a step fence "
+                "(it frees nothing now) and keeps retrying",
+         switched_in="kvverify/reference/sched/scheduler.py",
+         caught_by="kvverify.props.connector.test_no_zero_progress_preemption",
+         budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
+         regression="kvverify.zoo_cases.deferred_free_preemption_cascade",
+         no_lemma=_NO_LEMMA_SCHED,
+         not_in_recorded="no recorded connector workload (two batches in flight, a consumer connector) "
+                         "preempts a victim a batch in flight still holds: the flaw changes no recorded output"),
 )}
 
 _SWITCHES = Switches("flaw", CATALOG)

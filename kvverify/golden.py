@@ -2,7 +2,7 @@
 
 Encodes the frozen dataclasses a recorded case is made of (``VllmConfig``, the
 ``KVCacheSpec`` subclasses, ``KVCacheConfig`` / groups / tensors, ``WorkloadSpec``,
-``StartupCase``, ``BlockSizeCase``) as plain JSON, by an explicit allow-list of type
+``ConnectorScript`` / ``RequestScript``, ``StartupCase``, ``BlockSizeCase``) as plain JSON, by an explicit allow-list of type
 names: no pickle, no ``eval``. Tuples stay tuples and dicts keep their key order and key
 types. An unknown type, or a field a class no longer has, is a :class:`GoldenFormatError`
 naming it (re-record with ``scripts/record_vllm_golden.py``).
@@ -20,6 +20,7 @@ from typing import Any
 
 from kvverify.reference import specs as _specs
 from kvverify.reference.config import VllmConfig
+from kvverify.reference.connector import ConnectorScript, RequestScript
 from kvverify.reference.driver import WorkloadSpec
 from kvverify.reference.grouping import KVCacheGroupSpec
 from kvverify.reference.planner import KVCacheConfig, KVCacheTensor
@@ -32,7 +33,8 @@ RERECORD = "re-record with scripts/record_vllm_golden.py"
 #: The dataclasses a corpus may hold, by name (the allow-list).
 TYPES: dict[str, type] = {
     cls.__name__: cls
-    for cls in (VllmConfig, WorkloadSpec, KVCacheGroupSpec, KVCacheConfig, KVCacheTensor, StartupCase,
+    for cls in (VllmConfig, WorkloadSpec, ConnectorScript, RequestScript, KVCacheGroupSpec, KVCacheConfig,
+                KVCacheTensor, StartupCase,
                 BlockSizeCase, _specs.FullAttentionSpec, _specs.MLAAttentionSpec, _specs.SlidingWindowSpec,
                 _specs.ChunkedLocalAttentionSpec, _specs.CrossAttentionSpec, _specs.EncoderOnlyAttentionSpec,
                 _specs.MambaSpec, _specs.UniformTypeKVCacheSpecs)

@@ -23,7 +23,14 @@ from kvverify.reference.config import VllmConfig
 from kvverify.reference.driver import WorkloadSpec
 from kvverify.reference.grouping import KVCacheGroupSpec
 from kvverify.reference.planner import KVCacheConfig
-from kvverify.reference.specs import FullAttentionSpec, KVCacheSpec, MambaSpec, SlidingWindowSpec
+from kvverify.reference.connector import ConnectorScript, RequestScript
+from kvverify.reference.specs import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    KVCacheSpec,
+    MambaSpec,
+    SlidingWindowSpec,
+)
 from kvverify.strategies import StartupCase
 from kvverify.targets import get_target
 from kvverify.targets.base import Target
@@ -142,3 +149,80 @@ def evictable_hits_not_counted() -> list[Violation]:
     workload = [WorkloadSpec("r0", (1, 2, 3, 4, 5), 1), WorkloadSpec("r1", (1, 2, 3, 4, 9, 9), 1, 3)]
     return _allocations(VllmConfig(block_size=4, max_model_len=8, num_gpu_blocks_override=3), {"l0": full(4)},
                         workload)
+
+
+# ------------------------------------------------------------ the KV-transfer paths (issue 29)
+
+def _connector(config: VllmConfig, specs: dict[str, KVCacheSpec], workload: Sequence[WorkloadSpec],
+               script: ConnectorScript | None) -> list[Violation]:
+    """``test_connector_workload_completes``'s check: the workload through the connector scheduler finishes."""
+    from kvverify.props.connector import completion_violations
+
+    t = _reference()
+    return completion_violations(t, t.plan(config, [specs]), workload, script)
+
+
+def _prompt(rid: str, start: int, n: int, max_tokens: int = 1, arrival_step: int = 0) -> WorkloadSpec:
+    return WorkloadSpec(rid, tuple(range(start, start + n)), max_tokens, arrival_step)
+
+
+def async_load_unreserved() -> list[Violation]:
+    # 21 blocks of 16 (20 usable), two async loads of 128 tokens (8 blocks each) for prompts of
+    # 239 and 159 tokens (15 + 10 blocks): unreserved, both loads are admitted (16 blocks), land,
+    # and neither can then get the rest of its prefill (7 or 2 more, 4 free): no_progress
+    config = VllmConfig(block_size=16, max_model_len=256, max_num_batched_tokens=2048, num_gpu_blocks_override=21,
+                        kv_connector=True)
+    script = ConnectorScript.of({"a": RequestScript(hit_tokens=128, load_steps=2),
+                                 "b": RequestScript(hit_tokens=128, load_steps=2)})
+    return _connector(config, {"l0": full()}, [_prompt("a", 0, 239), _prompt("b", 1000, 159)], script)
+
+
+def skipped_queue_not_split_by_blocks() -> list[Violation]:
+    # B = 16, 5 blocks (4 usable), L = 64. "big" (49 tokens, 4 blocks) is deferred once (None);
+    # "load" (33 tokens, behind it) gets 32 tokens by an async load (2 blocks, parked). Split
+    # queues: the landed load is promoted first (1 more block), finishes, and "big" fits. One
+    # skipped queue drained first: "big" sits ahead of the block holder, cannot get 4 of the 2
+    # free blocks, the scan stops there, the load is never promoted: no_progress
+    config = VllmConfig(block_size=16, max_model_len=64, max_num_batched_tokens=2048, num_gpu_blocks_override=5,
+                        kv_connector=True, enable_prefix_caching=False)
+    script = ConnectorScript.of({"load": RequestScript(hit_tokens=32, load_steps=1),
+                                 "big": RequestScript(hit_tokens=0, deferrals=1)})
+    return _connector(config, {"l0": full()}, [_prompt("big", 1000, 49), _prompt("load", 0, 33)], script)
+
+
+def spec_blocks_unreserved_after_load() -> list[Violation]:
+    # B = 16, 5 blocks (4 usable), L = 48, one speculative token with its own KV (lookahead 1):
+    # two 32-token prompts, each loaded asynchronously (31 tokens, 2 blocks). Promoted, a load
+    # needs 31 + 1 + 1 + 1 = 34 slots (3 blocks). The gate reserves the parked load's speculative
+    # block and the new load's own, so the second waits; without them both are admitted (4
+    # blocks), land, and neither can get its third block: no_progress
+    config = VllmConfig(block_size=16, max_model_len=48, max_num_batched_tokens=2048, num_gpu_blocks_override=5,
+                        kv_connector=True, enable_prefix_caching=False, num_lookahead_tokens=1,
+                        num_speculative_tokens=1)
+    script = ConnectorScript.of({"a": RequestScript(hit_tokens=32, load_steps=1),
+                                 "b": RequestScript(hit_tokens=32, load_steps=1)})
+    return _connector(config, {"l0": full()}, [_prompt("a", 0, 32), _prompt("b", 1000, 32)], script)
+
+
+def deferred_requests_hold_slots() -> list[Violation]:
+    # max_num_seqs = 1, one request the connector defers once (get_num_new_matched_tokens -> None):
+    # counted against max_num_seqs while it waits, the cap is full before it can be promoted
+    config = VllmConfig(block_size=16, max_model_len=2, max_num_batched_tokens=2048, max_num_seqs=1,
+                        num_gpu_blocks_override=2, kv_connector=True, enable_prefix_caching=False)
+    script = ConnectorScript.of({"r0": RequestScript(hit_tokens=0, load_steps=1, deferrals=1)})
+    return _connector(config, {"l0": full()}, [_prompt("r0", 10000, 1)], script)
+
+
+def deferred_free_preemption_cascade() -> list[Violation]:
+    # two batches in flight, 2048 B (B = 16: 4 blocks, 3 usable), budget 8, one speculative token:
+    # r1 (16 tokens, 2 outputs) and r0 (16 tokens, a step later) fill the pool; the failed
+    # allocation preempts a victim a batch in flight still holds (its free is fenced): zero progress
+    from kvverify.props.connector import preemption_violations
+
+    config = VllmConfig(block_size=16, max_model_len=33, max_num_batched_tokens=8, max_concurrent_batches=2,
+                        kv_cache_memory_bytes=2048, kv_connector=True, num_lookahead_tokens=1,
+                        num_speculative_tokens=1, enable_prefix_caching=False)
+    t = _reference()
+    plan = t.plan(config, [{"model.layers.0": full()}])
+    return preemption_violations(t, plan, [_prompt("r0", 10000, 16, arrival_step=1), _prompt("r1", 20000, 16, 2)],
+                                 ConnectorScript())

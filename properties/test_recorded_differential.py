@@ -40,10 +40,10 @@ CORPUS = Path(__file__).parent / "data" / "vllm-0.33.0-golden.json.gz"
 REFERENCE = ReferenceTarget()
 #: The fewest records of each kind a corpus must hold (a truncated corpus fails).
 MIN_RECORDS = {"startup": 700, "wide": 250, "block_sizes": 350, "capacity": 250, "workload": 350,
-               "swa_workload": 150, "lookahead": 150, "mamba_workload": 150}
+               "swa_workload": 150, "lookahead": 150, "mamba_workload": 150, "connector_workload": 200}
 #: Records per test id, by kind (each id well under half a second on an idle core).
 CHUNK = {"startup": 20, "wide": 20, "block_sizes": 50, "capacity": 50, "workload": 6, "swa_workload": 6,
-         "lookahead": 20, "mamba_workload": 6}
+         "lookahead": 20, "mamba_workload": 6, "connector_workload": 6}
 
 # ------------------------------------------------------------------ observations
 # (shared with scripts/record_vllm_golden.py: the recorder runs them on the vLLM target)
@@ -160,6 +160,43 @@ def observe_workload(target: Any, case: StartupCase,
     return out
 
 
+def observe_connector_workload(target: Any, case: StartupCase,
+                               pick: Callable[[int, int], tuple[Sequence[WorkloadSpec], Any]]) -> dict[str, Any] | None:
+    """The plan, then ``pick(L, B)`` (a workload and its connector script, ``None`` with the
+    connector off) through the connector scheduler: the run as :func:`observe_workload` records
+    it, and every call the connector saw (``get_num_new_matched_tokens`` answers,
+    ``update_state_after_alloc`` counts, ``request_finished`` verdicts), in order."""
+    planned = outcome(lambda: target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory))
+    if planned[0] != "ok":
+        return {"plan": planned}
+    plan: StartupPlan = planned[1]
+    if not plan.starts or not plan.groups or plan.num_blocks < 2 or plan.vllm_config.max_model_len < 2:
+        return None
+    out: dict[str, Any] = {"plan": ("ok", None), **_plan_fields(plan)}
+    work, script = pick(plan.vllm_config.max_model_len, plan.vllm_config.block_size)
+    out["workload"], out["script"] = tuple(work), script
+    sched = target.connector_scheduler(plan, script)
+    finish: dict[str, int] = {}
+
+    def on_step(s: Any, step: int) -> None:
+        for rid in s.finished:
+            finish.setdefault(rid, step)
+
+    ran = outcome(lambda: target.run_connector_workload(plan, out["workload"], script, scheduler=sched,
+                                                        on_step=on_step))
+    state = sched.connector_state
+    out["connector_calls"] = tuple(state.calls) if state is not None else ()
+    if ran[0] != "ok":
+        out["run_workload"] = ran
+        return out
+    result = ran[1]
+    out["run_workload"] = ("ok", None)
+    out.update({"steps": result.steps, "preemptions": result.preemptions, "finish_step": dict(sorted(finish.items())),
+                "stall_reason": result.stall_reason, "error": result.error, "finished": result.finished,
+                "trace": result.trace})
+    return out
+
+
 # ------------------------------------------------------------------------ replay
 
 @dataclass(frozen=True)
@@ -189,6 +226,9 @@ def replay(record: Record) -> dict[str, Any] | None:
         return observe_capacity(REFERENCE, inp["config"], inp["specs"], inp["memory"])
     if record.kind in ("workload", "swa_workload", "mamba_workload"):
         return observe_workload(REFERENCE, inp["case"], lambda _length: out.get("workload", ()))
+    if record.kind == "connector_workload":
+        return observe_connector_workload(REFERENCE, inp["case"],
+                                          lambda _length, _block: (out.get("workload", ()), out.get("script")))
     raise golden.GoldenFormatError(f"record {record.index}: unknown kind {record.kind!r}; {golden.RERECORD}")
 
 
@@ -272,6 +312,13 @@ def test_corpus_format_and_coverage() -> None:
     assert not short, f"corpus truncated? (kind: (found, minimum)) {short}; {golden.RERECORD}"
     refusals = sum(1 for r in records if r.kind == "startup" and r.outputs.get("check"))
     assert refusals >= 30, f"only {refusals} startup-check refusals recorded"
+    # the planner-corpus class closed by issue 29 (item 7): hybrids whose scheduler block is a
+    # multiple of the hash block, where partial hash hits make upstream align hits to the hash
+    # block size; the replay (test_reference_matches_recorded_vllm) must match each of them
+    hash_aligned = [r for r in records if r.kind == "block_sizes" and r.outputs["block_sizes"][0] == "ok"
+                    and r.outputs["cache_hit_alignment_tokens"][1] == r.outputs["block_sizes"][1][1]
+                    != r.outputs["block_sizes"][1][0]]
+    assert len(hash_aligned) >= 20, f"only {len(hash_aligned)} hash-aligned cache-hit records; {golden.RERECORD}"
 
 
 # ---------------------------------------------------------- it can fail (bug zoo)

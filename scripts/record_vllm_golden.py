@@ -32,6 +32,7 @@ from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from kvverify import golden  # noqa: E402
+from kvverify.connector_strategies import connector_cases, connector_workloads  # noqa: E402
 from kvverify.strategies import block_size_cases, startup_cases, workloads  # noqa: E402
 from kvverify.targets.base import TargetUnsupported  # noqa: E402
 from test_differential import wide_startup_cases  # noqa: E402
@@ -39,6 +40,7 @@ from test_recorded_differential import (  # noqa: E402
     CORPUS,
     observe_block_sizes,
     observe_capacity,
+    observe_connector_workload,
     observe_startup,
     observe_workload,
 )
@@ -60,6 +62,9 @@ PLAN: dict[str, tuple[int, str]] = {
     "swa_workload": (110, "startup_cases(allow_auto=False, max_len=160, kinds=('full', 'sliding_window'), "
                           "allow_mamba=True, prefix_caching=True, sources=('override',), workers=False); "
                           "workloads(L, max_requests=4, max_outputs=24) + optional resend of the first prompt"),
+    "connector_workload": (180, "connector_strategies.connector_cases() (connector on / off, 1-2 batches in "
+                                "flight, speculative padding), max_num_seqs clamped to max_num_batched_tokens; "
+                                "connector_workloads(L, B, pool_tokens=(N - 1) // groups * B)"),
 }
 
 
@@ -165,9 +170,25 @@ def record(target: Any, scale: float) -> tuple[list[dict[str, Any]], Counter[str
     def rec_mamba(case: Any, data: Any) -> None:
         prefix_caching_workload("mamba_workload", case, data)
 
+    @given(case=connector_cases(), data=st.data())
+    def rec_connector(case: Any, data: Any) -> None:
+        config = replace(case.vllm_config, max_num_seqs=min(case.vllm_config.max_num_seqs,
+                                                             case.vllm_config.max_num_batched_tokens))
+        case = replace(case, vllm_config=config)
+
+        def pick(length: int, block_size: int) -> tuple[Any, Any]:
+            plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
+            pool = (plan.num_blocks - 1) // max(1, len(plan.groups)) * block_size
+            work, script = data.draw(connector_workloads(length, block_size, pool_tokens=pool), label="workload")
+            return work, (script if config.kv_connector else None)
+
+        guarded("connector_workload", lambda: keep("connector_workload", {"case": case},
+                                                   observe_connector_workload(target, case, pick)))
+
     for kind, test in (("startup", rec_startup), ("wide", rec_wide), ("block_sizes", rec_block_sizes),
                        ("capacity", rec_capacity), ("workload", rec_workload), ("swa_workload", rec_swa),
-                       ("lookahead", rec_lookahead), ("mamba_workload", rec_mamba)):
+                       ("lookahead", rec_lookahead), ("mamba_workload", rec_mamba),
+                       ("connector_workload", rec_connector)):
         run(kind, test)
     return records, skipped
 

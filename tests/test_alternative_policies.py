@@ -22,7 +22,7 @@ from hypothesis import is_hypothesis_test
 
 import kvverify.props
 from kvverify import flaws
-from kvverify.props import admission, encoder_decoder, runtime, startup, validation
+from kvverify.props import admission, connector, encoder_decoder, runtime, startup, validation
 from kvverify.props.findings import KNOWN_FAILURES
 from kvverify.reference.scheduler import VARIANT_POLICIES, scheduling_policy_override
 from kvverify.targets import get_target
@@ -43,6 +43,11 @@ SCHEDULER_PROPERTIES = (
     encoder_decoder.test_encoder_decoder_workload_completes,
     encoder_decoder.test_encoder_decoder_startup_passes_implies_servable,
     encoder_decoder.test_encoder_decoder_predictor_equals_allocator,
+    connector.test_connector_workload_completes,
+    connector.test_speculative_connector_workload_completes,
+    connector.test_request_slots_conserved,
+    connector.test_connector_predictor_equals_allocator,
+    connector.test_no_zero_progress_preemption,
 )
 
 

@@ -27,9 +27,6 @@ from kvverify.strategies import block_size_cases, engine_core_cases, startup_cas
 #: field -> why no strategy varies it: the reference does not read it, or no input upstream
 #: accepts sets it (a gap the strategies could close does not belong here)
 NOT_VARIED: dict[str, str] = {
-    "VllmConfig.max_concurrent_batches": "pipeline-parallel in-flight batches: the synchronous scheduler "
-                                         "model steps one batch; only the in-flight cap formula reads it",
-    "VllmConfig.kv_connector": "KV transfer connectors are out of the model (no remote blocks)",
     "MLAAttentionSpec.sliding_window": "upstream sets it only when promoting a SlidingWindowMLASpec "
                                        "(DeepSeek-V4) to MLA under a disabled hybrid manager; the reference "
                                        "registers no sliding-window MLA kind (an MLA layer has no window: "
@@ -47,6 +44,7 @@ NOT_VARIED: dict[str, str] = {
 
 def _config_strategies() -> list[st.SearchStrategy[Any]]:
     """The case strategies the properties draw from (kvverify/props, properties/)."""
+    from kvverify.connector_strategies import connector_cases
     from kvverify.props.encoder_decoder import encoder_decoder_cases
 
     return [
@@ -57,6 +55,8 @@ def _config_strategies() -> list[st.SearchStrategy[Any]]:
         catalog_cases(),
         encoder_decoder_cases(),
         engine_core_cases(),
+        connector_cases(),
+        connector_cases(drafter_slots=True, connector_off=False),
     ]
 
 

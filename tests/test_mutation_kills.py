@@ -249,7 +249,9 @@ def _planted_scheduler_method(name: str, old: str, new: str, nth: int = 0):
 
     import kvverify.reference.scheduler as sm
 
-    src = textwrap.dedent(inspect.getsource(getattr(sm.Scheduler, name)))
+    method = getattr(sm.Scheduler, name)
+    sm = inspect.getmodule(method)  # the module defining it (kvverify.reference.sched.*)
+    src = textwrap.dedent(inspect.getsource(method))
     parts = src.split(old)
     assert len(parts) > nth + 1, f"{old!r} occurs fewer than {nth + 1} times"
     src = old.join(parts[:nth + 1]) + new + old.join(parts[nth + 1:])
@@ -263,12 +265,12 @@ def _planted_scheduler_method(name: str, old: str, new: str, nth: int = 0):
     ("schedule", "token_budget -= num_new", "token_budget += num_new", 0, "scheduling.token_budget"),
     ("schedule", "token_budget -= num_new", "token_budget = num_new", 0, "scheduling.token_budget"),
     # the same in the waiting pass (several admissions in one step)
-    ("schedule", "token_budget -= num_new", "token_budget += num_new", 1, "scheduling.token_budget"),
-    ("schedule", "token_budget -= num_new", "token_budget = num_new", 1, "scheduling.token_budget"),
-    ("schedule", "if len(self.running) >= self.max_num_running_reqs:",
-     "if len(self.running) > self.max_num_running_reqs:", 0, "scheduling.max_num_seqs"),
+    ("_schedule_waiting", "token_budget -= num_new", "token_budget += num_new", 0, "scheduling.token_budget"),
+    ("_schedule_waiting", "token_budget -= num_new", "token_budget = num_new", 0, "scheduling.token_budget"),
+    ("_schedule_waiting", "if num_running >= self.max_num_running_reqs:",
+     "if num_running > self.max_num_running_reqs:", 0, "scheduling.max_num_seqs"),
     # computed tokens run past the request's tokens / a preempted request keeps one
-    ("schedule", "self.requests[rid].num_computed_tokens += n",
+    ("_update_after_schedule", "self.requests[rid].num_computed_tokens += n",
      "self.requests[rid].num_computed_tokens += n + 2 * (n > 1)", 0, "scheduling.token_counts"),
     ("_preempt_request", "request.num_computed_tokens = 0", "request.num_computed_tokens = 1", 0,
      "scheduling.token_counts"),

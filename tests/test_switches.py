@@ -46,7 +46,10 @@ def test_switches_do_not_leak_across_threads() -> None:
 
 
 def test_known_findings_derive_from_the_fix_catalog() -> None:
-    assert KNOWN_FINDINGS == {"chunked_local_cap_plus_one": "F2", "caps_count_lookahead": "F4"}
+    assert KNOWN_FINDINGS == {"chunked_local_cap_plus_one": "F2", "caps_count_lookahead": "F4",
+                              # the KV-transfer findings: the general connector properties meet them
+                              "spec_decode_padding_fits_budget": "F10", "async_load_reserves_own_need": "F11",
+                              "landed_load_not_reloaded": "F12", "mamba_align_counts_loaded_state": "F13"}
     for fix in fixes.CATALOG.values():
         assert (fix.name in KNOWN_FINDINGS) == fix.explains_general_failures
         assert fix.finding_id == fix.finding.split("-")[0] and fix.finding_id.startswith("F")

@@ -91,7 +91,8 @@ def test_every_capability_has_methods_and_target_is_their_union() -> None:
     assert len(union) == len(set(union)) and not set(union) & set(base.BASE_MEMBERS)
     calls = {"plan", "max_concurrency", "estimate_max_model_len", "check_enough_kv_cache_memory", "initialize_engine_core",
              "resolve_block_sizes", "coordinator_accepts", "resolve_cache_hit_alignment_tokens",
-             "kv_cache_manager", "admit_on_empty_pool", "scheduler", "run_workload"}
+             "kv_cache_manager", "admit_on_empty_pool", "scheduler", "run_workload",
+             "connector_scheduler", "run_connector_workload"}
     assert set(union) == calls
     assert base.BASE_MEMBERS == ("name", "version", "capabilities", "lacks", "expects_finding",
                                  "finding_replay_masked")

@@ -131,6 +131,16 @@ def test_multi_valued_probes_per_release() -> None:
     assert "prefix_cacheable" in new.spec_attrs["SlidingWindowSpec"]
     assert "prefix_cacheable" not in old.spec_attrs["SlidingWindowSpec"]
     assert new.coordinator_block_sizes and not old.coordinator_block_sizes
+    # the waiting queue drained first: 0.31+ block holders, 0.27 - 0.29 every skipped request
+    assert new.waiting_queues() == ("kv_holding_waiting", "waiting") and old.waiting_queues() == ("", "waiting")
+    mods = _old_release()
+
+    class Scheduler:
+        def __init__(self) -> None:
+            self.skipped_waiting: list = []
+
+    mods["vllm.v1.core.sched.scheduler"] = _module("s", Scheduler=Scheduler)
+    assert compat.detect("0.28.0", mods).waiting_queues() == ("skipped_waiting", "waiting")
 
 
 def test_every_symbol_the_release_lacks_is_named_with_its_module() -> None:

@@ -75,6 +75,31 @@ def new_release() -> Modules:
         def __init__(self, vllm_config, kv_cache_config, structured_output_manager, block_size,
                      hash_block_size=None, log_stats=False):
             self.kv_holding_waiting: list = []
+            self._spec_decode_step_blocks = 0
+
+        def schedule(self):
+            pad_spec_decode = False
+            return pad_spec_decode
+
+    class KVConnectorBase_V1:
+        pass
+
+    class SupportsHMA:
+        pass
+
+    class KVConnectorMetadata:
+        pass
+
+    @dataclasses.dataclass
+    class KVConnectorOutput:
+        finished_sending: set | None = None
+        finished_recving: set | None = None
+        failed_recving: set | None = None
+
+    @dataclasses.dataclass
+    class KVTransferConfig:
+        kv_connector: str | None = None
+        kv_connector_module_path: str | None = None
 
     @dataclasses.dataclass
     class SchedulerOutput:
@@ -125,6 +150,9 @@ def new_release() -> Modules:
         @property
         def num_prefill_lookahead_tokens(self) -> int: ...
 
+        @property
+        def num_speculative_tokens(self) -> int: ...
+
     planning = module("p", get_kv_cache_configs=get_kv_cache_configs,
                       get_global_kv_cache_groups=get_global_kv_cache_groups,
                       _check_enough_kv_cache_memory=lambda *a: None, _auto_fit_max_model_len=lambda *a: None,
@@ -133,7 +161,7 @@ def new_release() -> Modules:
                       estimate_max_model_len=lambda vc, specs, memory: 1,
                       check_enough_kv_cache_memory=lambda vc, specs, memory: None)
     return {
-        "vllm.config": module("cfg", CacheConfig=CacheConfig, VllmConfig=VllmConfig),
+        "vllm.config": module("cfg", CacheConfig=CacheConfig, VllmConfig=VllmConfig, KVTransferConfig=KVTransferConfig),
         "vllm.v1.core.kv_cache_planning": planning,
         "vllm.v1.core.kv_cache_config_builder": module("b", get_kv_cache_config_builder=lambda vc: None),
         "vllm.v1.core.kv_cache_utils": module("u", resolve_kv_cache_block_sizes=resolve_kv_cache_block_sizes,
@@ -151,6 +179,10 @@ def new_release() -> Modules:
         "vllm.v1.core.sched.scheduler": module("s", Scheduler=Scheduler),
         "vllm.v1.core.single_type_kv_cache_manager": module("t", register_all_kvcache_specs=lambda vc: None),
         "vllm.v1.request": module("r", Request=Request),
+        "vllm.v1.outputs": module("out", KVConnectorOutput=KVConnectorOutput),
+        "vllm.distributed.kv_transfer.kv_connector.v1.base": module(
+            "kvb", KVConnectorBase_V1=KVConnectorBase_V1, SupportsHMA=SupportsHMA,
+            KVConnectorMetadata=KVConnectorMetadata),
     }
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from kvverify.reference.driver import WorkloadSpec
+from kvverify.reference.driver import WorkloadResult, WorkloadSpec
 from kvverify.errors import KVVerifyError
 from kvverify.invariants.base import Violation
 from kvverify.reference.planner import StartupPlan
@@ -25,7 +25,12 @@ def check_workload_completes(target: Target, plan: StartupPlan,
     """Every request of an admissible workload finishes (the engine never hangs)."""
     if not plan.starts or not plan.groups:
         return []
-    result = target.run_workload(plan, workload)
+    return workload_violations(target.run_workload(plan, workload), plan, workload)
+
+
+def workload_violations(result: WorkloadResult, plan: StartupPlan,
+                        workload: Sequence[WorkloadSpec]) -> list[Violation]:
+    """The violation of a run that did not complete (a stall verdict, or the allocator raised)."""
     if result.completed:
         return []
     name = "admission.allocator_raised" if result.error else f"admission.stall.{result.stall_reason}"

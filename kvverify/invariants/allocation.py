@@ -24,14 +24,20 @@ class AllocationRecorder:
 
     def __init__(self, kv_cache_manager) -> None:
         self.records: list[tuple[int, int]] = []
+        #: ``(reserved_blocks, free blocks before, pulled)`` of each successful call
+        self.reservations: list[tuple[int, int, int]] = []
         self._kvm = kv_cache_manager
         original = kv_cache_manager.allocate_slots
 
         def allocate_slots(*args, **kwargs):
             kv_cache_manager.last_allocation = None
+            kv_cache_manager.last_reservation = None
             got = original(*args, **kwargs)
             if got is not None and kv_cache_manager.last_allocation is not None:
                 self.records.append(kv_cache_manager.last_allocation)
+                if kv_cache_manager.last_reservation is not None:
+                    reserved, free_before = kv_cache_manager.last_reservation
+                    self.reservations.append((reserved, free_before, kv_cache_manager.last_allocation[1]))
             return got
 
         kv_cache_manager.allocate_slots = allocate_slots

@@ -10,7 +10,7 @@ After every step of a workload:
   the scheduler never computes a token that does not exist, and never schedules past
   ``max_model_len`` (``num_new_tokens <= max_model_len - num_computed_tokens - 1``); a
   waiting request has computed nothing (new, or preempted: ``_preempt_request`` resets
-  ``num_computed_tokens`` to 0; no KV connector is modelled).
+  ``num_computed_tokens`` to 0); one in ``kv_holding_waiting`` (a connector load) at most its tokens.
 
 The properties otherwise see only consequences (the workload finishes, the pool stays
 sound), which a budget miscount can pass (mutation survivors ``schedule`` 76 / 77: the
@@ -25,8 +25,11 @@ from typing import Any
 from kvverify.invariants.base import Violation
 
 
-def check_step_requests(sched: Any, max_num_seqs: int, step: int) -> list[Violation]:
-    """The running count and each unfinished request's token counts after step ``step``."""
+def check_step_requests(sched: Any, max_num_seqs: int, step: int,
+                        num_speculative_tokens: int = 0) -> list[Violation]:
+    """The running count and each unfinished request's token counts after step ``step``
+    (a running request may count ``num_speculative_tokens`` unverified draft slots of a padded
+    step whose output is still in flight)."""
     found: list[Violation] = []
     running = list(sched.running)
     if len(running) > max_num_seqs:
@@ -34,9 +37,12 @@ def check_step_requests(sched: Any, max_num_seqs: int, step: int) -> list[Violat
                                {"step": step, "running": len(running), "max_num_seqs": max_num_seqs}))
     max_model_len = sched.max_model_len
     waiting = list(sched.waiting)
-    for request in running + waiting:
+    # requests holding KV blocks while they wait (a landed or in-flight connector load) have
+    # computed tokens, at most their tokens
+    holding = list(sched.kv_holding_waiting)
+    for request in running + waiting + holding:
         computed, tokens = request.num_computed_tokens, request.num_tokens
-        top = 0 if request in waiting else tokens
+        top = 0 if request in waiting else tokens + (num_speculative_tokens if request in running else 0)
         if not (0 <= computed <= top and tokens <= max_model_len):
             found.append(Violation(
                 "scheduling.token_counts",

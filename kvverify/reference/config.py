@@ -46,6 +46,10 @@ class VllmConfig:
     max_num_encoder_input_tokens: int | None = None
     num_lookahead_tokens: int = 0
     num_prefill_lookahead_tokens: int = 0
+    #: upstream ``VllmConfig.num_speculative_tokens`` (a speculative config's draft tokens, e.g.
+    #: MTP): the scheduler pads a new one-token decode to ``1 + n`` slots and reserves the
+    #: blocks of a speculative step for async KV loads; the fake model runner accepts no draft
+    num_speculative_tokens: int = 0
     #: upstream ``CacheConfig.prefix_cache_retention_interval``: 0 (default) keeps only the
     #: replay-boundary / shared-prefix checkpoints of SWA and Mamba groups, ``k > 0`` also
     #: one per ``k`` tokens, ``None`` caches densely
@@ -98,6 +102,7 @@ class VllmConfig:
         require_int("num_lookahead_tokens", self.num_lookahead_tokens, minimum=0, maximum=MAX_TOKENS)
         require_int("num_prefill_lookahead_tokens", self.num_prefill_lookahead_tokens, minimum=0,
                     maximum=MAX_TOKENS)
+        require_int("num_speculative_tokens", self.num_speculative_tokens, minimum=0, maximum=MAX_TOKENS)
         if self.prefix_cache_retention_interval is not None:
             require_int("prefix_cache_retention_interval", self.prefix_cache_retention_interval,
                         minimum=0, maximum=MAX_TOKENS)

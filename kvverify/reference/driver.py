@@ -18,6 +18,12 @@ returns to a state it was in before; the three stall verdicts are exactly those 
   nothing for it; the window alone never decides a verdict.
 * ``max_steps``: only when the caller passes ``max_steps`` (a budget it chose; none by default).
 
+An event outside the scheduling decision that is still pending — a batch in flight, a KV load
+or a delayed free's send the connector has not reported (``has_pending_external_events``) — can
+still change the state, so while one is pending a step that schedules nothing is no verdict;
+the connector's countdowns, the parked requests, the fences and the batches in flight are part
+of the fingerprint (``kv_transfer_state``), so a load counting down is not a returning state.
+
 A :class:`~kvverify.errors.PoolExhaustedError` escaping a step (an admitted step that
 the pool could not serve) is reported as ``error``, not raised.
 """
@@ -29,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from kvverify.reference.config import VllmConfig
+from kvverify.reference.connector import ConnectorScript
 from kvverify.errors import ConfigError, PoolExhaustedError
 from kvverify.reference.validation import require_int
 from kvverify.reference.ops import cdiv
@@ -70,6 +77,9 @@ class SchedulerLike(Protocol):
     def waiting(self) -> Sequence[Any]: ...
 
     @property
+    def kv_holding_waiting(self) -> Sequence[Any]: ...
+
+    @property
     def finished(self) -> Sequence[str]: ...
 
     @property
@@ -82,6 +92,10 @@ class SchedulerLike(Protocol):
     def get_request_counts(self) -> tuple[int, int]: ...
 
     def step(self) -> tuple[StepOutputLike, list[str]]: ...
+
+    def has_pending_external_events(self) -> bool: ...
+
+    def kv_transfer_state(self) -> tuple[object, ...]: ...
 
 
 TraceRow = tuple[int, int, int, int, int]
@@ -147,7 +161,8 @@ def state_fingerprint(sched: SchedulerLike) -> int:
 
     kvm = sched.kv_cache_manager
     pool = kvm.block_pool
-    parts: list[Any] = [reqs(sched.running), reqs(sched.waiting), tuple(pool.free_block_ids()),
+    parts: list[Any] = [reqs(sched.running), reqs(sched.waiting), sched.kv_transfer_state(),
+                        tuple(pool.free_block_ids()),
                         tuple(sorted(pool.ref_counts().items())),
                         tuple(sorted((b.block_id, hash(k)) for k, b in pool.cached_entries()))]
     for manager in kvm.coordinator.single_type_managers:
@@ -178,7 +193,7 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
                  state_repeats: int = 3,
                  scheduler_block_size: int | None = None, hash_block_size: int | None = None,
                  full_sequence_must_fit: bool = True, keep_trace: bool = True,
-                 scheduler: SchedulerLike | None = None,
+                 scheduler: SchedulerLike | None = None, connector: ConnectorScript | None = None,
                  on_step: Callable[[SchedulerLike, int], None] | None = None,
                  recorder: StepRecorder | None = None) -> WorkloadResult:
     """Run ``requests`` (arriving at ``arrival_steps``, default their own ``arrival_step``)
@@ -188,6 +203,8 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
     many steps without an output token pass before states are fingerprinted;
     ``state_repeats`` how many sightings of one state make the ``no_progress`` verdict.
 
+    ``connector`` (a :class:`~kvverify.reference.connector.ConnectorScript`) builds the
+    scheduler with the scripted KV connector (``vllm_config.kv_connector`` must be on).
     ``on_step(scheduler, step)`` runs after every step (invariant checks); whatever it
     raises propagates to the caller. ``recorder`` (opt-in, :class:`kvverify.reference.steptrace.StepRecorder`)
     records each step for the timeline pictures; without one the loop does no extra work.
@@ -203,7 +220,8 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
     sched: SchedulerLike = scheduler or Scheduler(vllm_config, kv_cache_config,
                                                   scheduler_block_size=scheduler_block_size,
                                                   hash_block_size=hash_block_size,
-                                                  full_sequence_must_fit=full_sequence_must_fit)
+                                                  full_sequence_must_fit=full_sequence_must_fit,
+                                                  connector=connector)
     max_model_len = sched.max_model_len
     if max_steps is not None:
         require_int("max_steps", max_steps, minimum=1)
@@ -232,7 +250,7 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
             sched.add_request(reqs[pending[next_arrival]])
             next_arrival += 1
         more_arrivals = next_arrival < len(pending)
-        if not sched.has_unfinished_requests():
+        if not sched.has_unfinished_requests() and not sched.has_pending_external_events():
             if not more_arrivals:
                 break
             step = arrivals[pending[next_arrival]]  # idle: jump to the next arrival
@@ -262,10 +280,11 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
             num_outputs += produced
             last_progress_step = step
             seen.clear()
-        if scheduled_tokens == 0 and not out.preempted_reqs and sched.has_unfinished_requests():
+        if (scheduled_tokens == 0 and not out.preempted_reqs and not finished
+                and sched.has_unfinished_requests() and not sched.has_pending_external_events()):
             if running == 0 and waiting >= 1:
                 stall_reason = "head_of_line"
-                stalled_ids = (sched.waiting[0].request_id,)
+                stalled_ids = (_waiting(sched)[0].request_id,)
                 break
             if not more_arrivals:
                 stall_reason, stalled_ids = "no_tokens_scheduled", _unfinished(sched)
@@ -289,5 +308,10 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
         error=error)
 
 
+def _waiting(sched: SchedulerLike) -> list[Any]:
+    """The waiting requests in scan order: block holders first (upstream's two queues)."""
+    return [*sched.kv_holding_waiting, *sched.waiting]
+
+
 def _unfinished(sched: SchedulerLike) -> tuple[str, ...]:
-    return tuple(r.request_id for r in sched.running) + tuple(r.request_id for r in sched.waiting)
+    return tuple(r.request_id for r in sched.running) + tuple(r.request_id for r in _waiting(sched))

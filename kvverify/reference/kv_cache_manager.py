@@ -83,6 +83,8 @@ class KVCacheManager:
         #: prediction and the blocks adoption + allocation really took from the free
         #: queue. They are equal unless a flaw is on (predictor == allocator).
         self.last_allocation: tuple[int, int] | None = None
+        #: ``(reserved_blocks, free blocks before allocating)`` of the same call
+        self.last_reservation: tuple[int, int] | None = None
 
     @classmethod
     def from_config(cls, kv_cache_config: Any, vllm_config: VllmConfig) -> KVCacheManager:
@@ -139,17 +141,26 @@ class KVCacheManager:
     def allocate_slots(self, request: Request, num_new_tokens: int,
                        num_new_computed_tokens: int = 0,
                        new_computed_blocks: KVCacheBlocks | None = None,
-                       num_lookahead_tokens: int = 0, num_encoder_tokens: int = 0,
-                       full_sequence_must_fit: bool = False,
+                       num_lookahead_tokens: int = 0, num_external_computed_tokens: int = 0,
+                       delay_cache_blocks: bool = False, num_encoder_tokens: int = 0,
+                       full_sequence_must_fit: bool = False, reserved_blocks: int = 0,
                        has_scheduled_reqs: bool = True) -> KVCacheBlocks | None:
-        """Add slots for ``num_new_tokens`` (+lookahead); ``None`` when they do not fit."""
+        """Add slots for ``num_new_tokens`` (+lookahead); ``None`` when they do not fit.
+
+        ``num_external_computed_tokens``: tokens a KV connector loads (blocks are allocated for
+        them, after the local hits are adopted); ``delay_cache_blocks``: an async load, cache
+        nothing until it lands; ``reserved_blocks``: free blocks the per-step check must leave
+        to other in-flight prefills (the async-load gate of upstream #44560; the full-sequence
+        gate does not see it, as upstream's; taken as given, as upstream does, negative too).
+        """
         from kvverify.reference.request import RequestStatus
 
         require_count("num_new_tokens", num_new_tokens)
         require_count("num_new_computed_tokens", num_new_computed_tokens)
         require_count("num_lookahead_tokens", num_lookahead_tokens)
+        require_count("num_external_computed_tokens", num_external_computed_tokens)
         require_count("num_encoder_tokens", num_encoder_tokens)
-        if num_new_tokens == 0 and num_new_computed_tokens == 0:
+        if num_new_tokens == 0 and num_new_computed_tokens == 0 and num_external_computed_tokens == 0:
             raise ConfigError("num_new_tokens", 0,
                               "must be > 0 when there are no computed tokens to adopt")
         computed_blocks = (new_computed_blocks.blocks if new_computed_blocks is not None
@@ -158,7 +169,7 @@ class KVCacheManager:
         pool = self.block_pool
         rid = request.request_id
         num_local_computed = request.num_computed_tokens + num_new_computed_tokens
-        total_computed = min(num_local_computed, self.max_model_len)
+        total_computed = min(num_local_computed + num_external_computed_tokens, self.max_model_len)
 
         watermark = 0
         if has_scheduled_reqs and request.status in (RequestStatus.WAITING,
@@ -169,7 +180,7 @@ class KVCacheManager:
             full = min(request.num_tokens, self.max_model_len)
             need_full = coordinator.get_num_blocks_to_allocate(
                 rid, full, computed_blocks, num_encoder_tokens, total_computed, full,
-                apply_admission_cap=True)
+                apply_admission_cap=True, num_local_computed_tokens=num_local_computed)
             if not arith.allocation_fits(need_full, watermark, pool.get_num_free_blocks()):
                 return None
 
@@ -180,16 +191,21 @@ class KVCacheManager:
             rid, max(0, total_computed - request.num_in_flight_tokens))
         need_step = coordinator.get_num_blocks_to_allocate(
             rid, num_tokens_need_slot, computed_blocks, num_encoder_tokens,
-            num_local_computed, num_tokens_main_model)
-        if not arith.allocation_fits(need_step, watermark, pool.get_num_free_blocks()):
+            num_local_computed + num_external_computed_tokens, num_tokens_main_model,
+            num_local_computed_tokens=num_local_computed)
+        if not arith.allocation_fits(need_step, watermark, pool.get_num_free_blocks() - reserved_blocks):
             return None
 
         free_before = pool.get_num_free_blocks()
-        if new_computed_blocks is not None and computed_blocks is not self.empty_kv_cache_blocks.blocks:
-            coordinator.allocate_new_computed_blocks(rid, computed_blocks, num_local_computed)
+        if computed_blocks is not self.empty_kv_cache_blocks.blocks or num_external_computed_tokens > 0:
+            coordinator.allocate_new_computed_blocks(rid, computed_blocks, num_local_computed,
+                                                     num_external_computed_tokens)
         new_blocks = coordinator.allocate_new_blocks(rid, num_tokens_need_slot,
                                                      num_tokens_main_model, num_encoder_tokens)
         self.last_allocation = (need_step, free_before - pool.get_num_free_blocks())
+        self.last_reservation = (reserved_blocks, free_before)
+        if delay_cache_blocks:
+            return self.create_kv_cache_blocks(new_blocks)
         if self.enable_caching:
             coordinator.cache_blocks(request, min(total_computed + num_new_tokens,
                                                   request.num_tokens))
@@ -200,6 +216,15 @@ class KVCacheManager:
     def free(self, request: Request) -> None:
         """Free every group's blocks, tail-first (so a chain's tail is evicted first)."""
         self.coordinator.free(request.request_id)
+
+    def pop_blocks_for_free(self, request: Request) -> list[KVCacheBlock]:
+        """The request's blocks, bookkeeping dropped, not freed (a deferred free; upstream)."""
+        return self.coordinator.pop_blocks_for_free(request.request_id)
+
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+        """Hash the request's full blocks up to ``num_computed_tokens`` (a landed KV load)."""
+        if self.enable_caching:
+            self.coordinator.cache_blocks(request, num_computed_tokens)
 
     def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int) -> None:
         self.coordinator.remove_skipped_blocks(request_id, processed_computed_tokens)

@@ -20,13 +20,17 @@ class RequestStatus(enum.Enum):
     """Upstream ``RequestStatus`` (the states this model reaches)."""
 
     WAITING = "waiting"
+    #: an asynchronous KV load through the connector is in flight (upstream, same name)
+    WAITING_FOR_REMOTE_KVS = "waiting_for_remote_kvs"
     RUNNING = "running"
     PREEMPTED = "preempted"
     FINISHED_LENGTH_CAPPED = "finished_length_capped"
+    #: ended by the engine, e.g. its KV load failed under ``kv_load_failure_policy="fail"``
+    FINISHED_ERROR = "finished_error"
 
     @property
     def is_finished(self) -> bool:
-        return self is RequestStatus.FINISHED_LENGTH_CAPPED
+        return self in (RequestStatus.FINISHED_LENGTH_CAPPED, RequestStatus.FINISHED_ERROR)
 
 
 def fake_output_token(request_id: str, position: int) -> int:
@@ -42,15 +46,20 @@ class Request:
         "_block_hasher",
         "arrival_step",
         "block_hashes",
+        "drop_stale_output",
+        "is_prefill_chunk",
+        "last_sched_seq",
         "max_tokens",
         "num_computed_tokens",
         "num_encoder_tokens",
         "num_in_flight_tokens",
         "num_preemptions",
+        "num_stale_output_tokens",
         "priority",
         "prompt_token_ids",
         "request_id",
         "shared_prefix_boundary",
+        "spec_token_ids",
         "status",
     )
 
@@ -83,6 +92,18 @@ class Request:
         self.num_preemptions = 0
         #: scheduled but not yet settled tokens (always 0 between synchronous steps)
         self.num_in_flight_tokens = 0
+        #: upstream ``Request.last_sched_seq``: the scheduler's non-empty step counter when the
+        #: request was last scheduled (fences its deferred block free)
+        self.last_sched_seq = 0
+        #: upstream ``num_stale_output_tokens`` / ``drop_stale_output``: output of steps still in
+        #: flight when the request was preempted (delivered, or dropped, when it returns)
+        self.num_stale_output_tokens = 0
+        self.drop_stale_output = False
+        #: upstream ``Request.is_prefill_chunk``: the last scheduled chunk left prompt to compute
+        self.is_prefill_chunk = False
+        #: upstream ``Request.spec_token_ids``: draft tokens to verify (the fake model runner
+        #: proposes none; padded decode steps schedule ``-1`` placeholders instead)
+        self.spec_token_ids: list[int] = []
         #: upstream ``Request.shared_prefix_boundary``: the junction of a shared prefix a
         #: sparse-retention group has not cached yet (set by the prefix lookup, 0 if none)
         self.shared_prefix_boundary = 0

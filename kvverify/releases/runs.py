@@ -30,8 +30,10 @@ from kvverify.releases.venvs import ReleaseVenv, install_info, version_key
 
 def run_release(rv: ReleaseVenv, repo_root: Path, out_root: Path, *, workers: int, profile: str,
                 timeout: float, max_passes: int, replay_check: bool,
-                venvs: Sequence[ReleaseVenv] = ()) -> ReleaseResult:
-    """Run the suite on one release (pass 1 + attribution passes) and attribute its failures."""
+                venvs: Sequence[ReleaseVenv] = (), select: Sequence[str] = ()) -> ReleaseResult:
+    """Run the suite on one release (pass 1 + attribution passes) and attribute its failures
+    (``select``: pass 1 runs only these test files or node ids, a section of the matrix,
+    :mod:`.selected`)."""
     rel_dir = out_root / rv.version
     # the previous result.json stays until the new one replaces it: a page rendered meanwhile (by
     # another `kvverify releases --release Y`) keeps this release's row
@@ -43,7 +45,7 @@ def run_release(rv: ReleaseVenv, repo_root: Path, out_root: Path, *, workers: in
                            .strftime("%Y-%m-%d %H:%M UTC"))
     result.install_seconds, result.venv_bytes = install_info(rv.path)
     absorb: list[str] = []
-    only: list[str] = []
+    only: list[str] = list(select)
     t0 = time.monotonic()
     for pass_no in range(1, max_passes + 1):
         pdir = rel_dir if pass_no == 1 else rel_dir / f"pass{pass_no}"

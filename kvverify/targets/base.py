@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn, Protocol, runtime_checkable
 
 from kvverify.reference.config import VllmConfig
+from kvverify.reference.connector import ConnectorScript
 from kvverify.reference.driver import SchedulerLike, WorkloadResult, WorkloadSpec
 from kvverify.reference.planner import KVCacheConfig, StartupPlan
 from kvverify.reference.specs import KVCacheSpec
@@ -48,6 +49,7 @@ class Capability(str, enum.Enum):
     BLOCK_SIZES = "block_sizes"  # resolve_kv_cache_block_sizes + coordinator acceptance
     RUNTIME = "runtime"          # BlockPool + managers + allocate_slots
     SCHEDULER = "scheduler"      # the step function and the workload driver
+    KV_CONNECTOR = "kv_connector"  # the scheduler with a scripted KV connector, batches in flight
 
 
 class Feature(str, enum.Enum):
@@ -211,7 +213,31 @@ class SchedulerTarget(Protocol):
         ...
 
 
-class Target(TargetBase, PlannerTarget, BlockSizesTarget, RuntimeTarget, SchedulerTarget, Protocol):
+class KVConnectorTarget(Protocol):
+    """``Capability.KV_CONNECTOR``: the scheduler's KV-transfer paths, driven by a scripted connector.
+
+    The plan's ``vllm_config`` says whether the connector is on (``kv_connector``), how many
+    batches are in flight (``max_concurrent_batches``: 2 runs a batch queue) and the speculative
+    config (``num_speculative_tokens``); ``script`` (a :class:`~kvverify.reference.connector.ConnectorScript`)
+    says what the external cache holds per request and how its transfers behave. The worker's
+    transfer report reaches the scheduler through the model-runner output, as on an engine.
+    """
+
+    def connector_scheduler(self, plan: StartupPlan, script: ConnectorScript | None) -> SchedulerLike:
+        """A fresh scheduler over the plan with the scripted connector (``None``: no connector)."""
+        ...
+
+    def run_connector_workload(self, plan: StartupPlan, workload: Sequence[WorkloadSpec],
+                               script: ConnectorScript | None, *, max_steps: int | None = None,
+                               keep_trace: bool = True, scheduler: SchedulerLike | None = None,
+                               on_step: Callable[[SchedulerLike, int], None] | None = None) -> WorkloadResult:
+        """Run ``workload`` through the connector scheduler to completion or a detected stall
+        (:func:`kvverify.reference.driver.run_workload`; pending transfers are no stall)."""
+        ...
+
+
+class Target(TargetBase, PlannerTarget, BlockSizesTarget, RuntimeTarget, SchedulerTarget, KVConnectorTarget,
+             Protocol):
     """The whole contract. ``capabilities`` says which groups the target really offers."""
 
 
@@ -221,6 +247,7 @@ CAPABILITY_PROTOCOLS: dict[Capability, type] = {
     Capability.BLOCK_SIZES: BlockSizesTarget,
     Capability.RUNTIME: RuntimeTarget,
     Capability.SCHEDULER: SchedulerTarget,
+    Capability.KV_CONNECTOR: KVConnectorTarget,
 }
 
 
@@ -276,7 +303,15 @@ def require(target: TargetBase, feature: Feature) -> None:
         skip_or_raise(why)
 
 
+def require_capability(target: TargetBase, capability: Capability) -> None:
+    """Go on if ``target`` offers ``capability``; else skip the property (:func:`skip_or_raise`)
+    naming the target and its release (a release lacking a path is a skip, never a pass)."""
+    if capability not in target.capabilities:
+        skip_or_raise(f"{target.name} target (vLLM {target.version}) does not offer the {capability.value} "
+                      f"capability")
+
+
 __all__ = ["BASE_MEMBERS", "BlockSizesTarget", "CAPABILITY_PROTOCOLS", "Capability", "Feature", "KVCacheManagerLike",
-           "PlannerTarget", "RuntimeTarget", "SchedulerLike", "SchedulerTarget", "Target", "TargetBase",
+           "KVConnectorTarget", "PlannerTarget", "RuntimeTarget", "SchedulerLike", "SchedulerTarget", "Target", "TargetBase",
            "TargetUnsupported", "capability_methods", "has", "in_pytest_test", "protocol_members", "require",
-           "skip_or_raise"]
+           "require_capability", "skip_or_raise"]

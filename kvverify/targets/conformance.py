@@ -135,6 +135,8 @@ def check_target(target: object) -> list[str]:
         _check_runtime(t, plan, call, problems)
     if Capability.SCHEDULER in caps:
         _check_scheduler(t, plan, call, problems)
+    if Capability.KV_CONNECTOR in caps:
+        _check_kv_connector(t, config, specs, call, problems)
     return problems
 
 
@@ -291,3 +293,37 @@ def _check_scheduler(target: Target, plan: StartupPlan, call: Call, problems: li
                         f"(saw {steps[:5]}..., {len(result.trace)} rows)")
     if result.free_blocks != NUM_BLOCKS - 1:
         problems.append(f"run_workload: every block is freed after the request, got {result.free_blocks} free")
+
+
+def _check_kv_connector(target: Target, config: VllmConfig, specs: dict[str, KVCacheSpec],
+                        call: Callable[[str, Callable[[], Any]], Any], problems: list[str]) -> None:
+    """A prompt whose first two blocks the connector loads asynchronously (one step), with one or
+    two batches in flight, completes with its outputs and frees every block."""
+    from dataclasses import replace
+
+    from kvverify.reference.connector import ConnectorScript, RequestScript
+
+    script = ConnectorScript.of({"full": RequestScript(hit_tokens=2 * BLOCK_SIZE, load_steps=1)})
+    for batches in (1, 2):
+        plan = call("plan(kv_connector)", lambda: target.plan(
+            replace(config, kv_connector=True, max_concurrent_batches=batches), [specs]))
+        if plan is None or not _plan_ok(plan, problems):
+            return
+        sched = call("connector_scheduler", lambda: target.connector_scheduler(plan, script))
+        if sched is None:
+            return
+        missing = missing_members(sched, SchedulerLike)
+        if missing:
+            problems.append(f"connector_scheduler: lacks {missing}")
+            return
+        if sched.has_pending_external_events():
+            problems.append("connector_scheduler: a fresh scheduler has no pending transfer")
+        result = call("run_connector_workload", lambda: target.run_connector_workload(
+            plan, [full_length_request(MAX_MODEL_LEN, 2)], script, max_steps=500, scheduler=sched))
+        if result is None:
+            return
+        if (not isinstance(result, WorkloadResult) or not result.completed or result.num_output_tokens != 2
+                or result.free_blocks != NUM_BLOCKS - 1):
+            problems.append(f"run_connector_workload: ({batches} batch(es) in flight) a full-length request "
+                            f"with a 2-block async load on a roomy pool must complete with its 2 outputs and "
+                            f"free every block, got {result!r}")

@@ -46,6 +46,10 @@ PATCHES: dict[str, str] = {
     "chunked_local_alignment_checked_at_startup": "F7-chunked-local-hybrid-asserts-after-startup.diff",
     "encoder_decoder_prefix_caching_refused": "F8-encoder-decoder-prefix-caching-crashes.diff",
     "mamba_align_bound_exact": "F9-mamba-align-bound-slack.diff",
+    "spec_decode_padding_fits_budget": "F10-spec-decode-padding-exceeds-token-budget.diff",
+    "async_load_reserves_own_need": "F11-async-load-spec-reservation-refuses-forever.diff",
+    "landed_load_not_reloaded": "F12-one-token-full-hit-reloads-forever.diff",
+    "mamba_align_counts_loaded_state": "F13-mamba-align-uncounted-loaded-state-block.diff",
     "budget_rechecked_after_late_chunked_prefill_off": "F14-late-chunked-prefill-off-skips-budget-check.diff",
 }
 

@@ -12,6 +12,7 @@ from kvverify.reference.block_sizes import (
     validate_coordinator_block_sizes,
 )
 from kvverify.reference.config import VllmConfig
+from kvverify.reference.connector import ConnectorScript
 from kvverify.reference.driver import SchedulerLike, WorkloadResult, WorkloadSpec, run_workload
 from kvverify.reference.kv_cache_manager import KVCacheManager
 from kvverify.reference.planner import KVCacheConfig, StartupPlan, plan_kv_cache
@@ -132,3 +133,18 @@ class ReferenceTarget:
         return run_workload(plan.vllm_config, plan.kv_cache_config, workload, max_steps=max_steps,
                             keep_trace=keep_trace, scheduler=scheduler, on_step=on_step,
                             recorder=recorder)
+
+    # -- KV connector --
+
+    def connector_scheduler(self, plan: StartupPlan, script: ConnectorScript | None) -> Scheduler:
+        """A fresh scheduler over the plan with the scripted connector (:mod:`kvverify.reference.sched`)."""
+        return Scheduler(plan.vllm_config, plan.kv_cache_config, connector=script)
+
+    def run_connector_workload(self, plan: StartupPlan, workload: Sequence[WorkloadSpec],
+                               script: ConnectorScript | None, *, max_steps: int | None = None,
+                               keep_trace: bool = True, scheduler: SchedulerLike | None = None,
+                               on_step: Callable[[SchedulerLike, int], None] | None = None) -> WorkloadResult:
+        """:func:`kvverify.reference.driver.run_workload` through the connector scheduler."""
+        return run_workload(plan.vllm_config, plan.kv_cache_config, workload, max_steps=max_steps,
+                            keep_trace=keep_trace, connector=script,
+                            scheduler=scheduler or self.connector_scheduler(plan, script), on_step=on_step)

@@ -44,7 +44,7 @@ import ast
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Any
@@ -87,6 +87,7 @@ from kvverify.reference.pool import (  # noqa: E402
     KVCacheBlock,
     get_request_block_hasher,
 )
+from kvverify.reference.connector import ConnectorScript, RequestScript  # noqa: E402
 from kvverify.reference.request import Request, RequestStatus  # noqa: E402
 from kvverify.reference.scheduler import Scheduler, scheduling_policy_override  # noqa: E402
 from kvverify.reference.specs import (  # noqa: E402
@@ -96,7 +97,7 @@ from kvverify.reference.specs import (  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parents[2] / "kvverify" / "reference"
 MODULES = ("arith.py", "planner.py", "grouping.py", "block_sizes.py", "pool.py",
-           "managers/*.py", "kv_cache_manager.py", "scheduler.py")
+           "managers/*.py", "kv_cache_manager.py", "scheduler.py", "sched/*.py", "connector.py")
 ERRORS = {"ConfigError", "KVVerifyError", "StartupCheckError", "PoolExhaustedError",
           "BlockSizeError", "GroupingError",
           "ValueError", "NotImplementedError"}  # upstream's own (CrossAttentionManager, F8)
@@ -142,6 +143,7 @@ def _add_twice() -> None:
     sched.add_request(_request("a"))
 
 
+_NOT_A_PAIR: Any = (("a", 3),)  # a script that is not a RequestScript
 _STALE = _request("stale")
 _STALE.status = RequestStatus.RUNNING
 
@@ -332,6 +334,9 @@ REFUSALS: list[Refusal] = [
             ConfigError, "num_lookahead_tokens", -1, "must be >= 0"),
     Refusal("alloc-num_encoder_tokens", lambda: _allocate(4, num_encoder_tokens=-1),
             ConfigError, "num_encoder_tokens", -1, "must be >= 0"),
+    Refusal("alloc-num_external_computed_tokens", lambda: _allocate(4, num_external_computed_tokens=-1),
+            ConfigError, "num_external_computed_tokens", -1, "must be >= 0"),
+
     Refusal("alloc-nothing", lambda: _allocate(0), ConfigError,
             "num_new_tokens", 0, "must be > 0 when there are no computed tokens to adopt"),
     # --- scheduler.py
@@ -353,6 +358,37 @@ REFUSALS: list[Refusal] = [
             "prompt length must be in [1, 63] (max_model_len=64 minus one output token)"),
     Refusal("sched-stale-request", _add_stale, ConfigError,
             "request", _STALE, "must be a fresh WAITING request"),
+    Refusal("sched-connector-without-kv_connector",
+            lambda: Scheduler(CFG, FULL16, connector=ConnectorScript()), ConfigError,
+            "kv_connector", False,
+            "must be True when a connector script is given (it decides the hash block size)"),
+    Refusal("sched-connector-encoder-decoder",
+            lambda: Scheduler(replace(CFG, kv_connector=True, enable_prefix_caching=False),
+                              kv_config(8, full(16), cross(16)), connector=ConnectorScript()), ConfigError,
+            "connector", "<ConnectorScript>",
+            "encoder-decoder models take no KV connector (upstream asserts it)"),
+    # --- connector.py
+    Refusal("script-hit_tokens", lambda: RequestScript(hit_tokens=-1), ConfigError,
+            "hit_tokens", -1, "must be in [0, 1099511627776]"),
+    Refusal("script-load_steps", lambda: RequestScript(load_steps=65), ConfigError,
+            "load_steps", 65, "must be in [0, 64]"),
+    Refusal("script-deferrals", lambda: RequestScript(deferrals=-1), ConfigError,
+            "deferrals", -1, "must be in [0, 64]"),
+    Refusal("script-free_delay_steps", lambda: RequestScript(free_delay_steps=65), ConfigError,
+            "free_delay_steps", 65, "must be in [0, 64]"),
+    Refusal("script-fail_load-type", lambda: RequestScript(fail_load=1), ConfigError,  # type: ignore[arg-type]
+            "fail_load", 1, "must be a bool"),
+    Refusal("script-fail_load-sync", lambda: RequestScript(load_steps=0, fail_load=True), ConfigError,
+            "fail_load", True, "only an asynchronous load (load_steps >= 1) can fail"),
+    Refusal("script-duplicate-ids",
+            lambda: ConnectorScript((("a", RequestScript()), ("a", RequestScript()))), ConfigError,
+            "requests", ["a", "a"], "must name each request once"),
+    Refusal("script-not-a-pair", lambda: ConnectorScript(_NOT_A_PAIR), ConfigError,
+            "requests", _NOT_A_PAIR[0], "must be (request id, RequestScript) pairs"),
+    Refusal("script-kv_role", lambda: ConnectorScript(kv_role="kv_sink"), ConfigError,
+            "kv_role", "kv_sink", "must be one of ('kv_both', 'kv_consumer', 'kv_producer')"),
+    Refusal("script-failure-policy", lambda: ConnectorScript(kv_load_failure_policy="retry"), ConfigError,
+            "kv_load_failure_policy", "retry", "must be one of ('fail', 'recompute')"),
     # --- managers/coordinator.py
     Refusal("coord-max_model_len", lambda: _coordinator(max_model_len=0), ConfigError,
             "max_model_len", 0, "must be >= 1"),

@@ -68,7 +68,8 @@ class SingleTypeKVCacheManager:
                                    new_computed_blocks: Sequence[KVCacheBlock],
                                    total_computed_tokens: int,
                                    num_tokens_main_model: int | None = None,
-                                   apply_admission_cap: bool = False) -> int:
+                                   apply_admission_cap: bool = False,
+                                   num_local_computed_tokens: int | None = None) -> int:
         """Blocks the request must take from the pool to hold ``num_tokens`` slots.
 
         Upstream ``get_num_blocks_to_allocate``: ``R = cdiv(num_tokens, B)`` (capped only
@@ -94,16 +95,16 @@ class SingleTypeKVCacheManager:
 
     def add_local_computed_blocks(self, request_id: str,
                                   new_computed_blocks: Sequence[KVCacheBlock],
-                                  num_local_computed_tokens: int) -> None:
-        """Adopt prefix-cache hits: touch them, null-pad the skipped head.
-
-        Upstream ``add_local_computed_blocks`` (no external/connector tokens here).
-        """
+                                  num_local_computed_tokens: int,
+                                  num_external_computed_tokens: int = 0) -> None:
+        """Adopt prefix-cache hits: touch them, null-pad the skipped head (upstream, same
+        name). The skipped head is counted over local **and** external computed tokens."""
         req_blocks = self.req_to_blocks.setdefault(request_id, [])
         if req_blocks:
             raise AssertionError(f"request {request_id} already holds blocks")
         skipped_blocks = arith.skipped_blocks(
-            self.get_num_skipped_tokens(num_local_computed_tokens), self.block_size)
+            self.get_num_skipped_tokens(num_local_computed_tokens + num_external_computed_tokens),
+            self.block_size)
         if skipped_blocks > 0:
             new_computed_blocks = new_computed_blocks[skipped_blocks:]
         if self.enable_caching:
@@ -113,6 +114,21 @@ class SingleTypeKVCacheManager:
         req_blocks.extend([self._null_block] * max(skipped_blocks, 0))
         req_blocks.extend(new_computed_blocks)
         self.num_cached_block[request_id] = len(req_blocks)
+
+    def allocate_external_computed_blocks(self, request_id: str, num_local_computed_tokens: int,
+                                          num_external_computed_tokens: int) -> None:
+        """Blocks for the tokens a KV connector will load (upstream, same name): the table grows
+        to ``cdiv(local + external, B)`` slots, skipped external tokens excluded (they land on
+        null slots). Runs after every group adopted its local hits (upstream issue #33775)."""
+        total = num_local_computed_tokens + num_external_computed_tokens
+        skipped = self.get_num_skipped_tokens(total)
+        if skipped > 0:
+            num_external_computed_tokens = min(total - skipped, num_external_computed_tokens)
+        if num_external_computed_tokens <= 0:
+            return
+        req_blocks = self.req_to_blocks.setdefault(request_id, [])
+        num_new = max(0, arith.full_attention_blocks(total, self.block_size) - len(req_blocks))
+        req_blocks.extend(self.block_pool.get_new_blocks(num_new))
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int,
                             num_tokens_main_model: int | None = None) -> list[KVCacheBlock]:
@@ -170,11 +186,17 @@ class SingleTypeKVCacheManager:
 
     # -- freeing --
 
-    def free(self, request_id: str) -> None:
-        """Free the request's blocks tail-first (upstream ``free``/``pop_blocks_for_free``)."""
+    def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
+        """Drop the request's bookkeeping and return its blocks, leading null slots trimmed,
+        without freeing them (upstream, same name: the caller frees them, reversed)."""
         blocks = self.req_to_blocks.pop(request_id, [])
         self.num_cached_block.pop(request_id, None)
-        self.block_pool.free_blocks(reversed(blocks))
+        head = next((i for i, b in enumerate(blocks) if not b.is_null), len(blocks))
+        return blocks[head:]
+
+    def free(self, request_id: str) -> None:
+        """Free the request's blocks tail-first (upstream ``free``)."""
+        self.block_pool.free_blocks(reversed(self.pop_blocks_for_free(request_id)))
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         """Tokens no longer attended to (their blocks may be recycled). Default: none."""

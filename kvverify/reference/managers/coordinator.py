@@ -81,8 +81,11 @@ class KVCacheCoordinator:
     def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int,
                                    new_computed_blocks: BlocksPerGroup, num_encoder_tokens: int,
                                    total_computed_tokens: int, num_tokens_main_model: int,
-                                   apply_admission_cap: bool = False) -> int:
-        """``sum_g`` of the groups' predictions (cross attention counts encoder tokens)."""
+                                   apply_admission_cap: bool = False,
+                                   num_local_computed_tokens: int | None = None) -> int:
+        """``sum_g`` of the groups' predictions (cross attention counts encoder tokens);
+        ``num_local_computed_tokens``: the local part of ``total_computed_tokens`` (the rest a
+        KV connector loads)."""
         total = 0
         for i, manager in enumerate(self.single_type_managers):
             if isinstance(manager, CrossAttentionManager):
@@ -92,16 +95,25 @@ class KVCacheCoordinator:
             else:
                 total += manager.get_num_blocks_to_allocate(
                     request_id, num_tokens, new_computed_blocks[i], total_computed_tokens,
-                    num_tokens_main_model, apply_admission_cap)
+                    num_tokens_main_model, apply_admission_cap,
+                    num_local_computed_tokens=num_local_computed_tokens)
         return total
 
     def allocate_new_computed_blocks(self, request_id: str, new_computed_blocks: BlocksPerGroup,
-                                     num_local_computed_tokens: int) -> None:
-        """Adopt prefix-cache hits in every group (no-op for a running request)."""
+                                     num_local_computed_tokens: int,
+                                     num_external_computed_tokens: int = 0) -> None:
+        """Adopt prefix-cache hits in every group, then allocate every group's blocks for the
+        connector's external tokens (two phases, upstream issue #33775; no-op for a running
+        request)."""
         if any(request_id in m.num_cached_block for m in self.single_type_managers):
             return
         for manager, blocks in zip(self.single_type_managers, new_computed_blocks):
-            manager.add_local_computed_blocks(request_id, blocks, num_local_computed_tokens)
+            manager.add_local_computed_blocks(request_id, blocks, num_local_computed_tokens,
+                                              num_external_computed_tokens)
+        if num_external_computed_tokens > 0:
+            for manager in self.single_type_managers:
+                manager.allocate_external_computed_blocks(request_id, num_local_computed_tokens,
+                                                          num_external_computed_tokens)
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int, num_tokens_main_model: int,
                             num_encoder_tokens: int = 0) -> tuple[list[KVCacheBlock], ...]:
@@ -137,6 +149,14 @@ class KVCacheCoordinator:
         """Each group frees its own table, tail-first, group by group."""
         for manager in self.single_type_managers:
             manager.free(request_id)
+
+    def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
+        """Every group's blocks in group order, bookkeeping dropped, nothing freed yet (the
+        caller frees them reversed: a deferred free; upstream, same name)."""
+        blocks: list[KVCacheBlock] = []
+        for manager in self.single_type_managers:
+            blocks.extend(manager.pop_blocks_for_free(request_id))
+        return blocks
 
     def reset_prefix_cache(self) -> bool:
         return self.block_pool.reset_prefix_cache()

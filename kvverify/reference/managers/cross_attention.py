@@ -28,10 +28,16 @@ class CrossAttentionManager(SingleTypeKVCacheManager):
 
     def add_local_computed_blocks(self, request_id: str,
                                   new_computed_blocks: Sequence[KVCacheBlock],
-                                  num_local_computed_tokens: int) -> None:
+                                  num_local_computed_tokens: int,
+                                  num_external_computed_tokens: int = 0) -> None:
         """No prefix-cache hits for encoder states."""
         if any(not b.is_null for b in new_computed_blocks):
             raise AssertionError("cross-attention groups never have prefix-cache hits")
+
+    def allocate_external_computed_blocks(self, request_id: str, num_local_computed_tokens: int,
+                                          num_external_computed_tokens: int) -> None:
+        """Cross attention takes no external KV loads (upstream, same name)."""
+        return
 
     def cache_blocks(self, request: HashableRequest, num_tokens: int,
                      retention_interval: int | None = None, *,

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
+from kvverify import fixes
 from kvverify.reference import arith
 from kvverify.errors import KVVerifyError
 from kvverify.reference.managers.base import SingleTypeKVCacheManager, behaviour_spec
@@ -70,9 +71,13 @@ class MambaManager(SingleTypeKVCacheManager):
                                    new_computed_blocks: Sequence[KVCacheBlock],
                                    total_computed_tokens: int,
                                    num_tokens_main_model: int | None = None,
-                                   apply_admission_cap: bool = False) -> int:
+                                   apply_admission_cap: bool = False,
+                                   num_local_computed_tokens: int | None = None) -> int:
         """``none``: as the base with ``S`` blocks of extra tokens; ``align``: at most
-        ``1 (+S on first allocation)`` new state blocks plus evictable hits."""
+        ``1 (+S on first allocation)`` new state blocks plus evictable hits (upstream, warts
+        included: the state block a KV connector's tokens take is not counted, and a table longer
+        than needed gives a negative count — finding F13, fixed under
+        ``mamba_align_counts_loaded_state``)."""
         if (new_computed_blocks and new_computed_blocks[-1].block_hash is not None
                 and new_computed_blocks[-1].block_hash in self.cached_blocks_this_step):
             # a state cached this step is not readable yet: force "does not fit"
@@ -86,13 +91,33 @@ class MambaManager(SingleTypeKVCacheManager):
             num_tokens = num_tokens_main_model  # lookahead slots are not Mamba state
         required = arith.full_attention_blocks(num_tokens, self.block_size) + self.num_speculative_blocks
         num_new = required - len(new_computed_blocks) - len(self.req_to_blocks.get(request_id, ()))
+        cap = 1
+        if request_id not in self._allocated_block_reqs:
+            cap += self.num_speculative_blocks
         if num_new > 0:
-            cap = 1
-            if request_id not in self._allocated_block_reqs:
-                cap += self.num_speculative_blocks
             num_new = min(num_new, cap)
         evictable = sum(1 for b in new_computed_blocks if b.ref_cnt == 0 and not b.is_null)
+        if fixes.is_on("mamba_align_counts_loaded_state"):
+            return self._counted_with_loaded_state(request_id, required, cap, new_computed_blocks,
+                                                   total_computed_tokens, num_local_computed_tokens,
+                                                   max(num_new, 0) + evictable)
         return num_new + evictable
+
+    def _counted_with_loaded_state(self, request_id: str, required: int, cap: int,
+                                   new_computed_blocks: Sequence[KVCacheBlock], total_computed_tokens: int,
+                                   num_local_computed_tokens: int | None, unloaded: int) -> int:
+        """Finding F13's fix: what allocation really pulls — for a new request with KV-connector
+        tokens, the hits the loaded prefix leaves attended (the others are skipped, never
+        touched), the loaded state block (``allocate_external_computed_blocks``) and the state
+        blocks past it; never a negative count (``unloaded``: the count without loaded tokens)."""
+        if (num_local_computed_tokens is None or total_computed_tokens <= num_local_computed_tokens
+                or self.req_to_blocks.get(request_id)):
+            return unloaded
+        skipped = arith.skipped_blocks(self.get_num_skipped_tokens(total_computed_tokens), self.block_size)
+        held = max(skipped, len(new_computed_blocks))
+        loaded = max(0, cdiv(total_computed_tokens, self.block_size) - held)
+        evictable = sum(1 for b in new_computed_blocks[skipped:] if b.ref_cnt == 0 and not b.is_null)
+        return loaded + max(0, min(required - held - loaded, cap)) + evictable
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int,
                             num_tokens_main_model: int | None = None) -> list[KVCacheBlock]:
@@ -165,11 +190,11 @@ class MambaManager(SingleTypeKVCacheManager):
                 self.block_pool.free_blocks([blocks[idx]])
                 blocks[idx] = self._null_block
 
-    def free(self, request_id: str) -> None:
+    def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
         self._allocated_block_reqs.discard(request_id)
         self.last_state_block_idx.pop(request_id, None)
         self._num_retired_blocks.pop(request_id, None)
-        super().free(request_id)
+        return super().pop_blocks_for_free(request_id)
 
     def reachable_block_mask(self, start_block: int, end_block: int,
                              retention_interval: int | None = None,

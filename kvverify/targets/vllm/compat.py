@@ -45,6 +45,16 @@ capability                  releases that differ
                             ``CacheConfig`` and ``KVCacheConfig`` from 0.29)
 ``cache_hit_alignment``     <= 0.31: no ``resolve_cache_hit_alignment_tokens``
 ``kv_holding_waiting``      <= 0.29: no separate queue of waiting requests holding blocks
+``drained_first``           0.27 - 0.29: one ``skipped_waiting`` queue, drained first, for
+                            every skipped request (#45406 / #57841)
+``kv_connector``            the scheduler-side connector API the scripted connector plugs
+                            into (``KVConnectorBase_V1``, ``KVConnectorOutput``,
+                            ``KVTransferConfig.kv_connector_module_path``)
+``kv_failed_recving``       <= 0.30: no ``KVConnectorOutput.failed_recving``
+``kv_supports_hma``         ``SupportsHMA`` (a connector next to the hybrid manager)
+``kv_spec_step_blocks``     <= 0.30: the async-load gate reserves no speculative step
+                            (``_spec_decode_step_blocks``, #57104)
+``spec_decode_padding``     the waiting scan pads a one-token decode (``pad_spec_decode``)
 ==========================  =========================================================
 
 A knob a release does not have is dropped when it holds its neutral value (it then means
@@ -92,12 +102,15 @@ MODULES = (
     "vllm.v1.outputs",
     "vllm.v1.request",
     "vllm.v1.structured_output",
+    "vllm.distributed.kv_transfer.kv_connector.v1.base",
 )
 
 _UTILS = "vllm.v1.core.kv_cache_utils"
 _IFACE = "vllm.v1.kv_cache_interface"
 _BACKENDS = "vllm.v1.attention.backends.utils"
 _BUILDER = "vllm.v1.core.kv_cache_config_builder"
+_SCHED = "vllm.v1.core.sched.scheduler"
+_CONNECTOR = "vllm.distributed.kv_transfer.kv_connector.v1.base"
 
 
 class DriftError(ImportError):
@@ -227,6 +240,15 @@ class _Release:
         cls = self.symbol(module, cls_name)
         return self._seen(f"{module}.{cls_name}.{name}", isinstance(cls, type) and name in class_code_names(cls))
 
+    def mentions(self, module: str, cls_name: str, method: str, name: str) -> bool:
+        """Whether ``module.Class.method``'s own code names ``name`` (a behaviour read off the code)."""
+        fn = self.member(module, cls_name, method)
+        code = getattr(fn, "__code__", None)
+        found = isinstance(code, types.CodeType) and name in set(_code_names(code)) | set(code.co_varnames)
+        if not found:
+            self.absent.add(f"{module}.{cls_name}.{method}:{name}")
+        return found
+
     def spec_classes(self) -> Iterator[tuple[str, type]]:
         """The interface module's spec classes (``*Spec`` / ``*Specs``)."""
         iface = self.modules.get(_IFACE)
@@ -280,6 +302,19 @@ class Compat:
     kv_holding_waiting: bool       # Scheduler.kv_holding_waiting (waiting requests holding blocks)
     shared_prefix_boundary: bool   # Request.shared_prefix_boundary (the Marconi junction)
     preempted_req_ids: bool        # SchedulerOutput.preempted_req_ids
+    #: the waiting queue the scan drains first: "kv_holding_waiting" (>= 0.31: requests holding
+    #: blocks), "skipped_waiting" (0.27 - 0.29: every skipped request), "" (none)
+    drained_first: str = ""
+    #: the scheduler-side KV connector API the scripted connector plugs into
+    #: (``KVConnectorBase_V1``, ``KVConnectorOutput``, ``KVTransferConfig.kv_connector_module_path``)
+    kv_connector: bool = False
+    kv_failed_recving: bool = False    # KVConnectorOutput.failed_recving: request-level load failures
+    kv_supports_hma: bool = False      # SupportsHMA (request_finished_all_groups)
+    #: the async-load gate's ``_spec_decode_step_blocks`` (#57104)
+    kv_spec_step_blocks: bool = False
+    #: the waiting scan pads a new one-token decode to ``1 + num_speculative_tokens`` (``pad_spec_decode``)
+    spec_decode_padding: bool = False
+    speculative_tokens_property: bool = False  # VllmConfig.num_speculative_tokens is a property
     #: parameter names of the callables whose keywords drifted
     params: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     #: callables taking **kwargs (anything is accepted)
@@ -315,7 +350,15 @@ class Compat:
                                   "the scheduler and hash block sizes are not resolved by the release")
         if self.admission_gate == "none":
             out["admission"] = "has no full-sequence admission gate"
+        if not self.kv_connector:
+            out["kv_connector"] = ("has no scheduler-side KV connector API the scripted connector can plug into "
+                                   "(KVConnectorBase_V1 with kv_connector_module_path, KVConnectorOutput)")
         return out
+
+    def waiting_queues(self) -> tuple[str, str]:
+        """``(queue drained first, waiting queue)`` of the release's Scheduler: block holders in
+        ``kv_holding_waiting`` (>= 0.31), one ``skipped_waiting`` queue (0.27 - 0.29), else none."""
+        return self.drained_first, "waiting"
 
 
 def _pool_bytes(r: _Release, planner: str, has_config: Callable[[], bool]) -> str:
@@ -325,6 +368,12 @@ def _pool_bytes(r: _Release, planner: str, has_config: Callable[[], bool]) -> st
     if r.symbol(planner, "_pool_bytes_per_block") is not None:
         return "vllm_config" if has_config() else "groups"
     return "page_times_layers"
+
+
+def _drained_first(r: _Release) -> str:
+    if r.sets(_SCHED, "Scheduler", "kv_holding_waiting"):
+        return "kv_holding_waiting"
+    return "skipped_waiting" if r.sets(_SCHED, "Scheduler", "skipped_waiting") else ""
 
 
 def detect(version: str, modules: Mapping[str, ModuleType | None]) -> Compat:
@@ -401,6 +450,9 @@ def detect(version: str, modules: Mapping[str, ModuleType | None]) -> Compat:
     spec_classes = list(r.spec_classes())
     kv_cache_config = r.symbol(_IFACE, "KVCacheConfig")
     pool = "vllm.v1.core.block_pool"
+    kv_output = r.symbol("vllm.v1.outputs", "KVConnectorOutput")
+    kv_connector = (r.symbol(_CONNECTOR, "KVConnectorBase_V1") is not None and kv_output is not None
+                    and "kv_connector_module_path" in _config_fields(r.symbol("vllm.config", "KVTransferConfig")))
     caps = Compat(
         version=version,
         planner_module=planner_module,
@@ -434,6 +486,13 @@ def detect(version: str, modules: Mapping[str, ModuleType | None]) -> Compat:
         kv_holding_waiting=r.sets("vllm.v1.core.sched.scheduler", "Scheduler", "kv_holding_waiting"),
         shared_prefix_boundary=r.sets("vllm.v1.request", "Request", "shared_prefix_boundary"),
         preempted_req_ids="preempted_req_ids" in params(r.symbol("vllm.v1.core.sched.output", "SchedulerOutput")),
+        drained_first=_drained_first(r),
+        kv_connector=kv_connector,
+        kv_failed_recving=kv_output is not None and "failed_recving" in params(kv_output),
+        kv_supports_hma=r.symbol(_CONNECTOR, "SupportsHMA") is not None,
+        kv_spec_step_blocks=kv_connector and r.sets(_SCHED, "Scheduler", "_spec_decode_step_blocks"),
+        speculative_tokens_property=r.has_property("vllm.config", "VllmConfig", "num_speculative_tokens"),
+        spec_decode_padding=r.mentions(_SCHED, "Scheduler", "schedule", "pad_spec_decode"),
         params=sigs,
         open_params=open_,
         absent=frozenset(r.absent),
@@ -487,6 +546,12 @@ def resolve_names(caps: Compat, modules: Mapping[str, ModuleType | None]) -> dic
         "ModelRunnerOutput": _first(modules, "ModelRunnerOutput", "vllm.v1.outputs"),
         "Request": _first(modules, "Request", "vllm.v1.request"),
         "StructuredOutputManager": _first(modules, "StructuredOutputManager", "vllm.v1.structured_output"),
+        # the scheduler-side KV connector API (``Compat.kv_connector``; ``None`` where absent)
+        "KVConnectorBase_V1": _first(modules, "KVConnectorBase_V1", _CONNECTOR),
+        "KVConnectorMetadata": _first(modules, "KVConnectorMetadata", _CONNECTOR),
+        "SupportsHMA": _first(modules, "SupportsHMA", _CONNECTOR),
+        "KVConnectorOutput": _first(modules, "KVConnectorOutput", "vllm.v1.outputs"),
+        "KVTransferConfig": _first(modules, "KVTransferConfig", "vllm.config"),
     }
     needed = ("iface", "planning", "CacheConfig", "SchedulerConfig", "VllmConfig", "SamplingParams",
               "get_hash_fn_by_name", "get_kv_cache_coordinator", "KVCacheManager",

@@ -42,18 +42,19 @@ def refuse_missing_knob(e: compat.KnobMissing, version: str) -> NoReturn:
 
 
 def _set_lookahead(caps: compat.Compat, vc: Any, num_lookahead_tokens: int,
-                   num_prefill_lookahead_tokens: int = 0) -> None:
+                   num_prefill_lookahead_tokens: int = 0, num_speculative_tokens: int = 0) -> None:
     """Give ``vc`` the ``num_lookahead_tokens`` a speculative config would (planning, the
     KV cache manager's ``max_in_flight_tokens`` and the Scheduler read the property), and the
     ``num_prefill_lookahead_tokens`` (0.31 and later: grouping's ``extra_retained_tokens``, the
     Scheduler's prefill reservation, the coordinator's re-prefillable tail) the same way.
 
     Releases with the ``VllmConfig.num_lookahead_tokens`` property (``Compat.lookahead_property``:
-    0.28 and later) get it through a subclass whose
-    property returns the value; a stand-in speculative config would also switch on
-    ``num_speculative_tokens`` (draft slots, spec-token padding), which kvverify's config does
-    not model. Releases without the property derive lookahead inside the Scheduler only
-    (:class:`~kvverify.targets.vllm.scheduler.UpstreamScheduler` sets it there)."""
+    0.28 and later) get it through a subclass whose property returns the value, and
+    ``num_speculative_tokens`` (``Compat.speculative_tokens_property``: the Scheduler's spec-token
+    padding and the async-load gate's speculative step) the same way; no speculative config is
+    built (no drafter: its draft slots are not modelled). Releases without the property derive
+    lookahead inside the Scheduler only (:class:`~kvverify.targets.vllm.scheduler.UpstreamScheduler`
+    sets it there)."""
     if not caps.lookahead_property:
         return
     cls = type(vc)
@@ -65,9 +66,16 @@ def _set_lookahead(caps: compat.Compat, vc: Any, num_lookahead_tokens: int,
             props["num_prefill_lookahead_tokens"] = property(
                 lambda self: self.kvverify_num_prefill_lookahead_tokens,
                 doc="kvverify: the config's num_prefill_lookahead_tokens")
+        if caps.speculative_tokens_property:
+            # the draft tokens a speculative config would give (the Scheduler pads new decodes and
+            # reserves a speculative step for async loads); the speculative config itself stays None
+            props["num_speculative_tokens"] = property(
+                lambda self: self.kvverify_num_speculative_tokens,
+                doc="kvverify: the config's num_speculative_tokens")
         sub = _LOOKAHEAD_CLASSES[cls] = type(cls.__name__, (cls,), {"__module__": cls.__module__, **props})
     object.__setattr__(vc, "kvverify_num_lookahead_tokens", num_lookahead_tokens)
     object.__setattr__(vc, "kvverify_num_prefill_lookahead_tokens", num_prefill_lookahead_tokens)
+    object.__setattr__(vc, "kvverify_num_speculative_tokens", num_speculative_tokens)
     vc.__class__ = sub
 
 
@@ -83,11 +91,11 @@ def upstream_config(config: VllmConfig, *, max_model_len: int | None = None) -> 
     """
     up = upstream()
     caps = up.compat
-    if config.kv_connector:
-        unsupported("kv_connector=True (needs a real KV transfer config)")
-    if config.max_concurrent_batches != 1:
-        unsupported("max_concurrent_batches != 1 (upstream derives it from pipeline parallelism / "
-                    "async scheduling, which the CPU platform turns off)")
+    if config.kv_connector and not caps.kv_connector:
+        unsupported(f"vLLM {caps.version} {caps.lacking()['kv_connector']}")
+    if config.max_concurrent_batches > 2:
+        unsupported("max_concurrent_batches > 2 (two batches in flight are modelled: pipeline parallelism "
+                    "of size 2 behind the batch queue)")
     if config.num_prefill_lookahead_tokens and not caps.prefill_lookahead:
         unsupported(f"vLLM {caps.version} has no num_prefill_lookahead_tokens")
     auto = config.auto_max_model_len and max_model_len is None
@@ -119,8 +127,17 @@ def upstream_config(config: VllmConfig, *, max_model_len: int | None = None) -> 
     # assigned after construction, as EngineCore's late hooks do (SchedulerConfig's own budget
     # check is asked separately: kvverify.targets.vllm.engine_core)
     vc.scheduler_config.enable_chunked_prefill = config.enable_chunked_prefill
-    if config.num_lookahead_tokens or config.num_prefill_lookahead_tokens:
-        _set_lookahead(caps, vc, config.num_lookahead_tokens, config.num_prefill_lookahead_tokens)
+    if config.num_lookahead_tokens or config.num_prefill_lookahead_tokens or config.num_speculative_tokens:
+        if config.num_speculative_tokens and not caps.speculative_tokens_property:
+            unsupported(f"vLLM {caps.version} has no VllmConfig.num_speculative_tokens")
+        _set_lookahead(caps, vc, config.num_lookahead_tokens, config.num_prefill_lookahead_tokens,
+                       config.num_speculative_tokens)
+    if config.max_concurrent_batches == 2:
+        # the engine keeps pipeline_parallel_size batches in flight (VllmConfig.max_concurrent_batches)
+        vc.parallel_config.pipeline_parallel_size = 2
+    if config.kv_connector:
+        from kvverify.targets.vllm.transfer import transfer_config
+        vc.kv_transfer_config = transfer_config(None, None)  # the Scheduler gets the script's own
     if caps.spec_registry:
         up.register_all_kvcache_specs(vc)
     return vc

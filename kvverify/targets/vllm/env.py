@@ -65,6 +65,11 @@ class Upstream:
     ModelRunnerOutput: Any
     Request: Any
     StructuredOutputManager: Any
+    KVConnectorBase_V1: Any
+    KVConnectorMetadata: Any
+    SupportsHMA: Any
+    KVConnectorOutput: Any
+    KVTransferConfig: Any
     #: hash algorithm name -> its initialised hash function (``init_none_hash`` once each)
     hash_fns: dict[str, Any] = field(default_factory=dict)
     #: how the release's startup check counts memory, probed once (:func:`.planner.memory_rules`)

@@ -60,6 +60,11 @@ FINDING_CAPABILITY: dict[str, Callable[[Compat, CheckRules], bool] | None] = {
     # Mamba align's 2 + S: its replay's pool (N = 2) starts where the check reserves no null block
     # (replayed on every installed release: reproduces on 0.29.0 and later, as F3)
     "F9": _reserves_null_block,
+    # the KV-transfer paths (issue 29)
+    "F10": lambda caps, rules: caps.spec_decode_padding,           # pad_spec_decode in the waiting scan
+    "F11": lambda caps, rules: caps.kv_spec_step_blocks,           # the constant speculative reservation
+    "F12": lambda caps, rules: caps.kv_connector,                  # full-hit rewind to num_tokens - 1
+    "F13": lambda caps, rules: caps.kv_connector,                  # Mamba align + external tokens
     # EngineCore turns chunked prefill off for non-causal specs after the budget check, and
     # never checks again (properties/test_engine_core.py drives the real hook on this target)
     "F14": _has_non_causal_specs,

@@ -280,6 +280,8 @@ class UpstreamKVCacheManager:
         self.block_pool = BlockPoolView(kvm.block_pool, caps)
         self.coordinator = CoordinatorView(kvm.coordinator, translator)
         self.last_allocation: tuple[int, int] | None = None
+        #: ``(reserved_blocks, free blocks at the per-step check)`` of the last successful call
+        self.last_reservation: tuple[int, int] | None = None
         coordinator = kvm.coordinator
         predict = coordinator.get_num_blocks_to_allocate
         pool = kvm.block_pool
@@ -299,6 +301,7 @@ class UpstreamKVCacheManager:
             if got is not None and "last" in state:
                 n, free = state["last"]
                 self.last_allocation = (n, free - int(pool.get_num_free_blocks()))
+                self.last_reservation = (int(kwargs.get("reserved_blocks", 0) or 0), free)
             return got
 
         self.allocate_slots = instrumented

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -50,11 +51,13 @@ class UpstreamScheduler:
     set on the scheduler as upstream's ``vllm_config.num_lookahead_tokens`` would.
     """
 
-    def __init__(self, target: VllmTarget, plan: StartupPlan) -> None:
+    def __init__(self, target: VllmTarget, plan: StartupPlan, configure: Callable[[Any], None] | None = None) -> None:
         up = target.up
         caps = self.caps = up.compat
         self.target = target
         u = build(target, plan)
+        if configure is not None:  # e.g. the KV transfer config (kvverify.targets.vllm.connector)
+            configure(u.vc)
         self.plan = plan
         kw: dict[str, Any] = dict(vllm_config=u.vc, kv_cache_config=u.scheduler_config,
                   structured_output_manager=up.StructuredOutputManager(u.vc),
@@ -112,9 +115,23 @@ class UpstreamScheduler:
 
     @property
     def waiting(self) -> list[Any]:
-        """Waiting requests, those holding blocks first (``Compat.kv_holding_waiting``: 0.31 and later)."""
-        holding = list(self.upstream.kv_holding_waiting) if self.caps.kv_holding_waiting else []
-        return holding + list(self.upstream.waiting)
+        """Waiting requests holding no KV blocks (those holding blocks: :attr:`kv_holding_waiting`)."""
+        return list(self.upstream.waiting)
+
+    @property
+    def kv_holding_waiting(self) -> list[Any]:
+        """Waiting requests holding KV blocks (only a KV connector's loads put them there), in the
+        queue the release drains first (``Compat.waiting_queues``: 0.31 and later
+        ``kv_holding_waiting``, 0.27 - 0.29 ``skipped_waiting``)."""
+        first = self.caps.waiting_queues()[0]
+        return list(getattr(self.upstream, first)) if first else []
+
+    def has_pending_external_events(self) -> bool:
+        """Nothing outside the step changes this scheduler (no connector, one batch in flight)."""
+        return False
+
+    def kv_transfer_state(self) -> tuple[object, ...]:
+        return ()
 
     def step(self) -> tuple[StepOutput, list[str]]:
         up = self.target.up

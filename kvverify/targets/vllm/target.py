@@ -8,6 +8,7 @@ from typing import Any
 from kvverify.errors import ConfigError
 from kvverify.reference import specs as kv
 from kvverify.reference.config import VllmConfig
+from kvverify.reference.connector import ConnectorScript
 from kvverify.reference.driver import SchedulerLike, WorkloadResult, WorkloadSpec
 from kvverify.reference.driver import run_workload as drive
 from kvverify.reference.planner import KVCacheConfig, StartupPlan
@@ -15,6 +16,7 @@ from kvverify.reference.steptrace import StepRecorder
 from kvverify.targets.base import Capability, Feature
 from kvverify.targets.vllm import compat, findings, planner, runtime
 from kvverify.targets.vllm.env import Upstream, upstream
+from kvverify.targets.vllm.refusals import lacks as release_lacks
 from kvverify.targets.vllm.refusals import skip_unsupported
 from kvverify.targets.vllm.scheduler import UpstreamScheduler
 
@@ -52,6 +54,8 @@ class VllmTarget:
         self.lacking: dict[Capability, str] = {}
         if "block_sizes" in lacking:
             self.lacking[Capability.BLOCK_SIZES] = f"vLLM {self.version} {lacking['block_sizes']}"
+        if "kv_connector" in lacking:
+            self.lacking[Capability.KV_CONNECTOR] = f"vLLM {self.version} {lacking['kv_connector']}"
         self.capabilities = frozenset(Capability) - frozenset(self.lacking)
 
     def _release_lacks(self, what: str) -> str:
@@ -164,6 +168,23 @@ class VllmTarget:
         sched = scheduler or self.scheduler(plan)
         return drive(plan.vllm_config, plan.kv_cache_config, workload, scheduler=sched, max_steps=max_steps,
                      keep_trace=keep_trace, on_step=on_step, recorder=recorder, **kw)
+
+    # -- KV connector --
+
+    def connector_scheduler(self, plan: StartupPlan, script: ConnectorScript | None) -> SchedulerLike:
+        """Upstream's Scheduler with the scripted KV connector (:mod:`.connector`)."""
+        if Capability.KV_CONNECTOR in self.lacking:
+            release_lacks(self.version, self.compat.lacking()["kv_connector"])
+        if not plan.groups:
+            skip_unsupported("scheduling an attention-free model (no KV cache groups)")
+        from kvverify.targets.vllm.connector import ConnectorScheduler
+        return ConnectorScheduler(self, plan, script)
+
+    def run_connector_workload(self, plan: StartupPlan, workload: Sequence[WorkloadSpec],
+                               script: ConnectorScript | None, **kw: Any) -> WorkloadResult:
+        """The connector scheduler through :func:`kvverify.reference.driver.run_workload`."""
+        sched = kw.pop("scheduler", None) or self.connector_scheduler(plan, script)
+        return drive(plan.vllm_config, plan.kv_cache_config, workload, scheduler=sched, **kw)
 
 
 __all__ = ["DEFAULT_SUPPORTED_LAYOUTS", "NEVER", "VllmTarget"]

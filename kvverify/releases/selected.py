@@ -1,0 +1,108 @@
+"""A section of the release matrix: only some properties, on every release, with its own page.
+
+The full matrix (``kvverify releases``) runs all of ``properties/`` on every release: about two
+hours for the installed releases here. A section (:data:`SECTIONS`) runs only its test files
+through the same steps — :func:`~.runs.run_release` with the files as pass 1, attribution by
+replaying each report on the reference with every zoo flaw (then pairs) switched on, the
+attribution passes, each report replayed on its release (exit 1) and forward until a later
+release passes it (exit 0: the first release with the fix), the per-release results stored under
+``reports/releases-<name>/X.Y.Z/`` — and publishes its page and data from those results:
+``docs/releases-<name>.md`` and ``.json`` (:func:`.page.render`, :func:`.page.summary`), never
+the matrix's own ``docs/releases.md``::
+
+    python -m kvverify.releases.selected connector [--release X.Y.Z ...] [--venvs DIR ...]
+    python -m kvverify.releases.selected connector --render-only
+
+``connector``: the KV-transfer properties of issue 29 (async loads, the skipped-waiting queues,
+request slots, fenced frees, speculative blocks after a load) and findings F10-F13. A release
+whose Scheduler lacks a path the property needs skips it with the reason (capability detection,
+:class:`kvverify.targets.vllm.compat.Compat`), never a pass. Exit 1 when a run found a defect.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from kvverify.releases import venvs as venvs_mod
+from kvverify.releases.defects import ReleaseResult
+from kvverify.releases.page import render, summary
+from kvverify.releases.store import load_results, write_atomic
+
+#: section name -> the test files its releases run
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "connector": ("properties/test_connector.py", "properties/test_connector_findings.py"),
+}
+TITLES = {"connector": "The KV-transfer properties against real vLLM releases (issue 29)"}
+
+
+def out_root(repo_root: Path, name: str) -> Path:
+    """Where the section's per-release results live (generated, not committed)."""
+    return repo_root / "reports" / f"releases-{name}"
+
+
+def page_path(repo_root: Path, name: str) -> Path:
+    return repo_root / "docs" / f"releases-{name}.md"
+
+
+def publish_section(name: str, results: Sequence[ReleaseResult], *, repo_root: Path, doc: Path,
+                    not_run: Sequence[str] = ()) -> None:
+    """Write the section's page ``doc`` and its data (``doc`` with ``.json``) from ``results``."""
+    import json
+
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    text = render(results, repo_root=repo_root, doc_path=doc, not_run=not_run, title=TITLES.get(name, name),
+                  command=f"python -m kvverify.releases.selected {name}", suite=" ".join(SECTIONS[name]),
+                  source="kvverify/releases/selected.py", reports=f"reports/releases-{name}")
+    write_atomic(doc, text + "\n")
+    write_atomic(doc.with_suffix(".json"), json.dumps({"section": name, "tests": list(SECTIONS[name]),
+                                                       **summary(results)}, indent=1) + "\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from kvverify.releases import runs
+
+    ap = argparse.ArgumentParser(prog="python -m kvverify.releases.selected", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("section", choices=sorted(SECTIONS))
+    ap.add_argument("--venvs", action="append", default=[], metavar="DIR",
+                    help="a release venv, or a directory of vllm-X.Y.Z venvs (repeatable; default as kvverify releases)")
+    ap.add_argument("--release", action="append", default=[], metavar="X.Y.Z", help="only these releases")
+    ap.add_argument("--output", default=None, metavar="PATH", help="the page (default docs/releases-<section>.md)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--profile", default="ci")
+    ap.add_argument("--timeout", type=float, default=1800.0)
+    ap.add_argument("--max-passes", type=int, default=2)
+    ap.add_argument("--no-replay-check", action="store_true")
+    ap.add_argument("--render-only", action="store_true")
+    args = ap.parse_args(argv)
+    root = Path(__file__).resolve().parents[2]
+    for v in args.release:
+        if not venvs_mod.is_version(v):
+            ap.error(f"--release {v!r}: a vLLM version X.Y.Z")
+    found = venvs_mod.discover([Path(p) for p in args.venvs] or venvs_mod.default_sources(root))
+    store = out_root(root, args.section)
+    if not args.render_only:
+        chosen = [rv for rv in found if not args.release or rv.version in args.release]
+        missing = sorted(set(args.release) - {rv.version for rv in found}, key=venvs_mod.version_key)
+        if missing or not chosen:
+            print(f"no venv for {', '.join(missing) or 'any release'} (found: "
+                  f"{', '.join(rv.version for rv in found) or 'none'})", file=sys.stderr)
+            return 2
+        for rv in chosen:
+            runs.run_release(rv, root, store, workers=args.workers, profile=args.profile, timeout=args.timeout,
+                             max_passes=args.max_passes, replay_check=not args.no_replay_check, venvs=found,
+                             select=SECTIONS[args.section])
+    results = load_results(store)
+    ran = {r.version for r in results}
+    doc = Path(args.output) if args.output else page_path(root, args.section)
+    publish_section(args.section, results, repo_root=root, doc=doc,
+                    not_run=[rv.version for rv in found if rv.version not in ran])
+    print(f"wrote {doc} ({len(results)} release(s))")
+    return 1 if any(r.defects for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
