@@ -20,7 +20,7 @@ import pytest
 from kvverify.reference import specs as kv
 from kvverify.reference.grouping import KVCacheGroupSpec
 from kvverify.reference.planner import KVCacheConfig
-from kvverify.targets.vllm import compat, findings, late
+from kvverify.targets.vllm import compat, findings, late, names
 from kvverify.targets.vllm.refusals import ReleaseLacks, TargetUnsupported, lacks
 from kvverify.targets.vllm.specs import Translator, shared_by_tensors, strided_from_shared_by
 from vllm_fakes import SharedTensor
@@ -99,7 +99,7 @@ def test_detect_refuses_unknown_shapes() -> None:
 def test_resolve_names_says_what_is_missing() -> None:
     caps = compat.detect("0.19.1", _old_release())
     with pytest.raises(compat.DriftError, match="not found where the adapter looks: .*SchedulerConfig"):
-        compat.resolve_names(caps, _old_release())
+        names.resolve_names(caps, _old_release())
 
 
 # ------------------------------------------------- every probe, named, both ways
@@ -181,7 +181,7 @@ def test_upstream_holds_every_name_the_adapter_resolves() -> None:
             return object()
 
     caps = compat.detect("0.33.0", _new_release())
-    ns = compat.resolve_names(caps, {name: Anything(name) for name in compat.MODULES})
+    ns = names.resolve_names(caps, {name: Anything(name) for name in compat.MODULES})
     own = {"torch", "vllm", "compat", "default_layouts", "hash_fns", "memory_rules"}
     assert set(ns) == {f.name for f in dataclasses.fields(Upstream)} - own
 

@@ -20,7 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from kvverify.errors import KVVerifyError
-from kvverify.targets.vllm import compat, deps
+from kvverify.targets.vllm import compat, deps, names
 from kvverify.targets.vllm.findings import CheckRules
 
 INSTALL_HINT = ("install a CPU-only vLLM with `bash scripts/install-vllm-target.sh [--version X.Y.Z]` "
@@ -32,7 +32,7 @@ LOCK = threading.RLock()
 @dataclass
 class Upstream:
     """The installed release as the adapter uses it: what it can do (:class:`~.compat.Compat`)
-    and vLLM's own objects, found where the release keeps them (:func:`.compat.resolve_names`;
+    and vLLM's own objects, found where the release keeps them (:func:`.names.resolve_names`;
     typed ``Any``: this is the boundary to vLLM). ``None``: a name the release does not have."""
 
     torch: Any
@@ -179,7 +179,7 @@ def upstream() -> Upstream:
                 raise KVVerifyError(import_failure(version, e)) from e
             try:
                 caps = compat.detect(version, modules)
-                ns = compat.resolve_names(caps, modules)
+                ns = names.resolve_names(caps, modules)
             except compat.DriftError as e:
                 raise KVVerifyError(f"{e} (vLLM at {os.path.dirname(vllm.__file__)})") from e
         import logging
