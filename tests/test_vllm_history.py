@@ -131,7 +131,7 @@ def _complete_new_release() -> dict:
         def max_admission_blocks_per_request(self, max_in_flight_tokens, max_model_len): ...
 
     iface.ChunkedLocalAttentionSpec = ChunkedLocalAttentionSpec
-    mods["vllm.v1.outputs"] = module("out", ModelRunnerOutput=type("ModelRunnerOutput", (), {}))
+    mods["vllm.v1.outputs"].ModelRunnerOutput = type("ModelRunnerOutput", (), {})
     mods["vllm.v1.core.kv_cache_planning"]._pool_bytes_per_block = lambda groups: 1
     return mods
 

@@ -45,7 +45,7 @@ capability                  releases that differ
                             ``CacheConfig`` and ``KVCacheConfig`` from 0.29)
 ``cache_hit_alignment``     <= 0.31: no ``resolve_cache_hit_alignment_tokens``
 ``kv_holding_waiting``      <= 0.29: no separate queue of waiting requests holding blocks
-``drained_first``           0.27 - 0.29: one ``skipped_waiting`` queue, drained first, for
+``drained_first``           0.18 - 0.29: one ``skipped_waiting`` queue, drained first, for
                             every skipped request (#45406 / #57841)
 ``kv_connector``            the scheduler-side connector API the scripted connector plugs
                             into (``KVConnectorBase_V1``, ``KVConnectorOutput``,
@@ -303,7 +303,7 @@ class Compat:
     shared_prefix_boundary: bool   # Request.shared_prefix_boundary (the Marconi junction)
     preempted_req_ids: bool        # SchedulerOutput.preempted_req_ids
     #: the waiting queue the scan drains first: "kv_holding_waiting" (>= 0.31: requests holding
-    #: blocks), "skipped_waiting" (0.27 - 0.29: every skipped request), "" (none)
+    #: blocks), "skipped_waiting" (0.18 - 0.29: every skipped request), "" (none)
     drained_first: str = ""
     #: the scheduler-side KV connector API the scripted connector plugs into
     #: (``KVConnectorBase_V1``, ``KVConnectorOutput``, ``KVTransferConfig.kv_connector_module_path``)
@@ -357,7 +357,7 @@ class Compat:
 
     def waiting_queues(self) -> tuple[str, str]:
         """``(queue drained first, waiting queue)`` of the release's Scheduler: block holders in
-        ``kv_holding_waiting`` (>= 0.31), one ``skipped_waiting`` queue (0.27 - 0.29), else none."""
+        ``kv_holding_waiting`` (>= 0.31), one ``skipped_waiting`` queue (0.18 - 0.29), else none."""
         return self.drained_first, "waiting"
 
 

@@ -27,6 +27,8 @@ _IFACE = "vllm.v1.kv_cache_interface"
 _UTILS = "vllm.v1.core.kv_cache_utils"
 _PLANNING = "vllm.v1.core.kv_cache_planning"
 _MANAGER = "vllm.v1.core.kv_cache_manager.KVCacheManager"
+_SCHED = "vllm.v1.core.sched.scheduler.Scheduler"
+_CONNECTOR = "vllm.distributed.kv_transfer.kv_connector.v1.base"
 
 #: The layers, oldest first: (the first measured release that has them, their symbols).
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
@@ -45,8 +47,12 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         _IFACE, f"{_IFACE}.ChunkedLocalAttentionSpec", f"{_IFACE}.KVCacheConfig", f"{_IFACE}.KVCacheSpec",
         f"{_IFACE}.KVCacheTensor", f"{_IFACE}.SlidingWindowSpec", f"{_IFACE}.UniformTypeKVCacheSpecs",
         "vllm.v1.outputs.ModelRunnerOutput", "vllm.v1.request.Request",
+        # the scheduler-side KV connector API (Compat.kv_connector, kv_supports_hma)
+        "vllm.config.KVTransferConfig", "vllm.v1.outputs.KVConnectorOutput",
+        f"{_CONNECTOR}.KVConnectorBase_V1", f"{_CONNECTOR}.SupportsHMA",
     })),
-    ("0.18.1", frozenset({f"{_UTILS}._project_kv_cache_groups_to_worker"})),
+    ("0.18.1", frozenset({f"{_UTILS}._project_kv_cache_groups_to_worker", f"{_SCHED}.skipped_waiting",
+                          "vllm.config.VllmConfig.num_speculative_tokens"})),
     ("0.19.1", frozenset({f"{_MANAGER}.can_fit_full_sequence"})),
     ("0.20.0", frozenset({
         f"{_UTILS}.resolve_kv_cache_block_sizes",
@@ -59,6 +65,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         "vllm.v1.core.single_type_kv_cache_manager.register_all_kvcache_specs",
         f"{_MANAGER}.allocate_slots(full_sequence_must_fit)",
     })),
+    ("0.25.0", frozenset({f"{_SCHED}.schedule:pad_spec_decode"})),
     ("0.27.1", frozenset({"vllm.config.VllmConfig.max_in_flight_tokens", "vllm.v1.request.Request.shared_prefix_boundary"})),
     ("0.28.0", frozenset({"vllm.config.VllmConfig.num_lookahead_tokens"})),
     ("0.29.0", frozenset({
@@ -66,7 +73,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         "vllm.v1.attention.backends.utils.resolve_kv_cache_layout", f"{_IFACE}.KVCacheSpec.prefix_cacheable",
     })),
     ("0.31.0", frozenset({"vllm.config.VllmConfig.num_prefill_lookahead_tokens",
-                          "vllm.v1.core.sched.scheduler.Scheduler.kv_holding_waiting"})),
+                          f"{_SCHED}.kv_holding_waiting", f"{_SCHED}._spec_decode_step_blocks"})),
     ("0.32.0", frozenset({f"{_UTILS}.resolve_cache_hit_alignment_tokens"})),
     ("0.33.0", frozenset({
         "vllm.v1.core.kv_cache_config_builder", "vllm.v1.core.kv_cache_config_builder.get_kv_cache_config_builder",
@@ -83,6 +90,8 @@ REPLACED: dict[str, str] = {
     f"{_MANAGER}.can_fit_full_sequence": f"{_MANAGER}.allocate_slots(full_sequence_must_fit)",
     f"{_UTILS}.check_enough_kv_cache_memory": f"{_PLANNING}.check_enough_kv_cache_memory",
     f"{_UTILS}.estimate_max_model_len": f"{_PLANNING}.estimate_max_model_len",
+    # 0.31 split the one skipped queue: block holders are drained first from their own
+    f"{_SCHED}.skipped_waiting": f"{_SCHED}.kv_holding_waiting",
 }
 
 _LAYER_OF = {sym: i for i, (_, syms) in enumerate(LAYERS) for sym in syms}

@@ -122,7 +122,7 @@ class UpstreamScheduler:
     def kv_holding_waiting(self) -> list[Any]:
         """Waiting requests holding KV blocks (only a KV connector's loads put them there), in the
         queue the release drains first (``Compat.waiting_queues``: 0.31 and later
-        ``kv_holding_waiting``, 0.27 - 0.29 ``skipped_waiting``)."""
+        ``kv_holding_waiting``, 0.18 - 0.29 ``skipped_waiting``)."""
         first = self.caps.waiting_queues()[0]
         return list(getattr(self.upstream, first)) if first else []
 
