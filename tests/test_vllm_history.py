@@ -160,3 +160,20 @@ def test_detect_says_when_it_is_not_a_v1_engine() -> None:
     mods["vllm.v1.kv_cache_interface"] = None
     with pytest.raises(compat.DriftError, match="not a v1 engine"):
         compat.detect("0.6.0", mods)
+
+
+def test_every_symbol_detect_reads_has_a_history(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A probe added to :func:`compat.detect` says when upstream introduced its symbol: one the
+    history does not know is drift on the first release that lacks it (the KV-transfer probes
+    once made 0.14 - 0.29 fail to start for want of their history)."""
+    seen: set[str] = set()
+    original = compat._Release._seen
+
+    def spy(self: compat._Release, key: str, found: bool) -> bool:
+        seen.add(key)
+        return original(self, key, found)
+
+    monkeypatch.setattr(compat._Release, "_seen", spy)
+    compat.detect("0.33.1.dev3+g1a2b3c4", _complete_new_release())
+    unknown = sorted(k for k in seen if history.layer_of(k) is None and k not in history.REPLACED)
+    assert unknown == [], f"symbols detect reads that kvverify/targets/vllm/history.py does not place: {unknown}"

@@ -245,9 +245,7 @@ class _Release:
         fn = self.member(module, cls_name, method)
         code = getattr(fn, "__code__", None)
         found = isinstance(code, types.CodeType) and name in set(_code_names(code)) | set(code.co_varnames)
-        if not found:
-            self.absent.add(f"{module}.{cls_name}.{method}:{name}")
-        return found
+        return self._seen(f"{module}.{cls_name}.{method}:{name}", found)
 
     def spec_classes(self) -> Iterator[tuple[str, type]]:
         """The interface module's spec classes (``*Spec`` / ``*Specs``)."""

@@ -43,7 +43,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         f"{_UTILS}._auto_fit_max_model_len", f"{_UTILS}._check_enough_kv_cache_memory",
         f"{_UTILS}.check_enough_kv_cache_memory",
         f"{_UTILS}.estimate_max_model_len", f"{_UTILS}.get_kv_cache_configs",
-        "vllm.v1.core.sched.output.SchedulerOutput", "vllm.v1.core.sched.scheduler.Scheduler",
+        "vllm.v1.core.sched.output.SchedulerOutput", "vllm.v1.core.sched.scheduler.Scheduler", f"{_SCHED}.schedule",
         _IFACE, f"{_IFACE}.ChunkedLocalAttentionSpec", f"{_IFACE}.KVCacheConfig", f"{_IFACE}.KVCacheSpec",
         f"{_IFACE}.KVCacheTensor", f"{_IFACE}.SlidingWindowSpec", f"{_IFACE}.UniformTypeKVCacheSpecs",
         "vllm.v1.outputs.ModelRunnerOutput", "vllm.v1.request.Request",
