@@ -22,7 +22,7 @@ from hypothesis import is_hypothesis_test
 
 import kvverify.props
 from kvverify import flaws
-from kvverify.props import admission, connector, encoder_decoder, runtime, startup, validation
+from kvverify.props import admission, connector, encoder_decoder, release, runtime, startup, validation
 from kvverify.props.findings import KNOWN_FAILURES
 from kvverify.reference.scheduler import VARIANT_POLICIES, scheduling_policy_override
 from kvverify.targets import get_target
@@ -48,6 +48,9 @@ SCHEDULER_PROPERTIES = (
     connector.test_request_slots_conserved,
     connector.test_connector_predictor_equals_allocator,
     connector.test_no_zero_progress_preemption,
+    release.test_finished_requests_return_their_blocks,
+    release.test_connector_finished_requests_return_their_blocks,
+    release.test_aborts_behind_batches_in_flight_return_their_blocks,
 )
 
 

@@ -58,6 +58,7 @@ PUBLIC = {
     "hypothesis.strategies.booleans", "hypothesis.strategies.just", "hypothesis.strategies.none",
     "hypothesis.strategies.sampled_from", "hypothesis.strategies.one_of", "hypothesis.strategies.lists",
     "hypothesis.strategies.tuples", "hypothesis.strategies.frozensets", "hypothesis.strategies.builds",
+    "hypothesis.strategies.dictionaries",
     "hypothesis.strategies.floats", "hypothesis.strategies.text",
     # stateful testing
     "hypothesis.stateful.RuleBasedStateMachine", "hypothesis.stateful.rule", "hypothesis.stateful.invariant",

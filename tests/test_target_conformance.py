@@ -166,6 +166,26 @@ class MissingMethod:
         raise AssertionError("never called")
 
 
+class AbortKeepsBlocks(_Broken):
+    """Planted defect: an abort dequeues, marks and forgets the request but never frees its blocks."""
+
+    def scheduler(self, plan: Any) -> Any:
+        from kvverify.reference.request import RequestStatus
+
+        sched = super().scheduler(plan)
+
+        def abort_requests(request_ids: Any) -> list[str]:
+            out = [rid for rid in request_ids if rid in sched.requests and not sched.requests[rid].is_finished()]
+            for rid in out:
+                sched.running = [r for r in sched.running if r.request_id != rid]
+                sched.requests.pop(rid).status = RequestStatus.FINISHED_ABORTED
+            sched.finished.extend(out)
+            return out
+
+        sched.abort_requests = abort_requests  # type: ignore[method-assign]
+        return sched
+
+
 class BadCapabilities(_Broken):
     capabilities = frozenset({"planner"})  # type: ignore[assignment]  # planted defect: strings, not Capability
 
@@ -182,6 +202,7 @@ class RefusalNotReported(_Broken):
     (RefusesEverything(), "admit_on_empty_pool: a one-block prompt"),
     (RaisesOnRun(), "run_workload: raised RuntimeError: boom"),
     (MissingMethod(), "scheduler: scheduler() missing"),
+    (AbortKeepsBlocks(), "scheduler.abort_requests: an aborted request must"),
     (BadCapabilities(), "capabilities: expected a frozenset of Capability"),
     (RefusalNotReported(), "check_enough_kv_cache_memory: a one-block budget must be refused"),
 ], ids=lambda x: type(x).__name__ if not isinstance(x, str) else "")

@@ -196,6 +196,10 @@ class ScriptedConnectorState:
         producers do: an aborted or failed one has nothing to hand off."""
         delay = length_capped and self.script.for_request(request_id).free_delay_steps > 0
         self.calls.append(("request_finished", request_id, delay))
+        # an ended request is never asked again: a deferral it still owed is no pending work
+        # (an abort of a request whose answer was ``None``; else the run would wait for it forever)
+        if request_id in self.queries:
+            self.queries[request_id] = max(self.queries[request_id], self.script.for_request(request_id).deferrals + 1)
         if delay:
             self.new_sends.append(request_id)
         return delay

@@ -30,7 +30,7 @@ the pool could not serve) is reported as ``error``, not raised.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
@@ -85,7 +85,18 @@ class SchedulerLike(Protocol):
     @property
     def num_preemptions(self) -> int: ...
 
+    @property
+    def requests(self) -> Mapping[str, Any]:
+        """Every request the scheduler still knows: unfinished, or finished with its blocks still
+        kept (a connector's delayed free); a freed request is forgotten (upstream ``requests``)."""
+        ...
+
     def add_request(self, request: Any) -> None: ...
+
+    def abort_requests(self, request_ids: Sequence[str]) -> list[str]:
+        """Upstream ``EngineCore.abort_requests`` (``finish_requests(ids, FINISHED_ABORTED)``):
+        the ids aborted, unknown and finished ones skipped; they join ``finished``."""
+        ...
 
     def has_unfinished_requests(self) -> bool: ...
 

@@ -27,10 +27,13 @@ class RequestStatus(enum.Enum):
     FINISHED_LENGTH_CAPPED = "finished_length_capped"
     #: ended by the engine, e.g. its KV load failed under ``kv_load_failure_policy="fail"``
     FINISHED_ERROR = "finished_error"
+    #: ended from outside the step: the engine core's abort (a client that disconnects)
+    FINISHED_ABORTED = "finished_aborted"
 
     @property
     def is_finished(self) -> bool:
-        return self in (RequestStatus.FINISHED_LENGTH_CAPPED, RequestStatus.FINISHED_ERROR)
+        return self in (RequestStatus.FINISHED_LENGTH_CAPPED, RequestStatus.FINISHED_ERROR,
+                        RequestStatus.FINISHED_ABORTED)
 
 
 def fake_output_token(request_id: str, position: int) -> int:

@@ -275,6 +275,7 @@ def _check_scheduler(target: Target, plan: StartupPlan, call: Call, problems: li
                 problems.append(f"scheduler: a fresh scheduler has no requests, got counts {counts!r}")
             if sched.max_model_len != MAX_MODEL_LEN:
                 problems.append(f"scheduler: max_model_len={sched.max_model_len!r}, expected {MAX_MODEL_LEN}")
+            _check_abort(target, plan, call, problems)
     steps: list[int] = []
     result = call("run_workload", lambda: target.run_workload(
         plan, [full_length_request(MAX_MODEL_LEN, 2)], keep_trace=True, max_steps=500,
@@ -293,6 +294,30 @@ def _check_scheduler(target: Target, plan: StartupPlan, call: Call, problems: li
                         f"(saw {steps[:5]}..., {len(result.trace)} rows)")
     if result.free_blocks != NUM_BLOCKS - 1:
         problems.append(f"run_workload: every block is freed after the request, got {result.free_blocks} free")
+
+
+def _check_abort(target: Target, plan: StartupPlan, call: Call, problems: list[str]) -> None:
+    """A request aborted after its first step (``abort_requests``) is returned, ends (``finished``), is
+    forgotten (``requests``) and gives back every block; aborting it again aborts nothing."""
+    sched = target.scheduler(plan)
+    req = full_length_request(MAX_MODEL_LEN, 2).to_request()
+    rid = req.request_id
+    sched.add_request(req)
+    if call("scheduler.step", sched.step) is None:
+        return
+    if rid not in sched.requests:
+        problems.append(f"scheduler.requests: a request in flight is not known ({sorted(sched.requests)!r})")
+    aborted = call("scheduler.abort_requests", lambda: sched.abort_requests([rid, "no-such-request"]))
+    if aborted is None:
+        return
+    again = call("scheduler.abort_requests", lambda: sched.abort_requests([rid]))
+    free = sched.kv_cache_manager.get_num_free_blocks()
+    if (aborted != [rid] or again != [] or sched.has_unfinished_requests() or rid not in sched.finished
+            or rid in sched.requests or free != NUM_BLOCKS - 1):
+        problems.append(f"scheduler.abort_requests: an aborted request must be returned once, end and give back "
+                        f"its blocks (returned {aborted!r} then {again!r}, unfinished="
+                        f"{sched.has_unfinished_requests()}, finished={list(sched.finished)!r}, "
+                        f"known={rid in sched.requests}, free={free} of {NUM_BLOCKS - 1})")
 
 
 def _check_kv_connector(target: Target, config: VllmConfig, specs: dict[str, KVCacheSpec],

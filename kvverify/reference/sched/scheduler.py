@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from kvverify import flaws
@@ -456,9 +456,18 @@ class Scheduler(WaitingPass, KVTransfer):
             self._free_request(request, delay_free_blocks=delay)
         return [r.request_id for r in valid]
 
+    def abort_requests(self, request_ids: Sequence[str]) -> list[str]:
+        """Upstream ``EngineCore.abort_requests``: ``finish_requests(ids, FINISHED_ABORTED)``
+        (a client that disconnects, at any point of a request's life). Unknown and finished ids
+        are skipped; the aborted ids join :attr:`finished` and are returned."""
+        aborted = self.finish_requests(list(dict.fromkeys(request_ids)), RequestStatus.FINISHED_ABORTED)
+        self.finished.extend(aborted)
+        return aborted
+
     def _free_request(self, request: Request, delay_free_blocks: bool = False) -> None:
         """A finished request leaves the in-flight set; its blocks are freed unless the
         connector (``request_finished``) or an unreported load keeps them."""
+        assert request.is_finished()  # upstream asserts it too
         self._inflight_prefills.discard(request.request_id)
         delay_free_blocks |= self._connector_finished(request)
         self.finished_req_ids.add(request.request_id)
@@ -467,6 +476,7 @@ class Scheduler(WaitingPass, KVTransfer):
 
     def _free_blocks(self, request: Request) -> None:
         """Free (now or behind the fence) and forget the request (upstream ``_free_blocks``)."""
+        assert request.is_finished()
         self.fences.free_request_blocks(self.kv_cache_manager, request)
         del self.requests[request.request_id]
 

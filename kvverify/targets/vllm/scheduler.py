@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +126,24 @@ class UpstreamScheduler:
         ``kv_holding_waiting``, 0.18 - 0.29 ``skipped_waiting``)."""
         first = self.caps.waiting_queues()[0]
         return list(getattr(self.upstream, first)) if first else []
+
+    @property
+    def requests(self) -> dict[str, Any]:
+        """Upstream ``Scheduler.requests``: the requests it still knows (a freed one is forgotten)."""
+        return dict(self.upstream.requests)
+
+    def abort_requests(self, request_ids: Sequence[str]) -> list[str]:
+        """Abort as the engine core does (``EngineCore.abort_requests``:
+        ``Scheduler.finish_requests(ids, RequestStatus.FINISHED_ABORTED)``, a client that
+        disconnects); the aborted ids (unknown and finished ones skipped: read before the call,
+        releases before 0.33 return nothing) join :attr:`finished`."""
+        status = importlib.import_module(self.target.up.Request.__module__).RequestStatus
+        known = self.upstream.requests
+        ids = list(dict.fromkeys(request_ids))
+        aborted = [rid for rid in ids if rid in known and not known[rid].is_finished()]
+        self.upstream.finish_requests(ids, status.FINISHED_ABORTED)
+        self.finished.extend(aborted)
+        return aborted
 
     def has_pending_external_events(self) -> bool:
         """Nothing outside the step changes this scheduler (no connector, one batch in flight)."""
