@@ -47,7 +47,8 @@ def test_the_section_page_is_rendered_from_results(tmp_path: Path) -> None:
 def _one(version: str, status: str, flaw: str | None = None) -> ReleaseResult:
     test = "properties/test_connector.py::test_connector_workload_completes"
     defects: list[dict[str, object]] = [{"test": test, "violation": "[admission.stall.no_progress] ...",
-                                         "counterexample": "B=16", "report": None, "flaws": [flaw], "replay_on_release": None, "forward": {}}] if flaw else []
+                                         "counterexample": "B=16", "report": None, "flaws": [flaw],
+                                         "replay_on_release": None, "forward": {}}] if flaw else []
     return ReleaseResult(version, f"/venvs/vllm-{version}", returncode=int(bool(flaw)), passes=1,
                          outcomes=[{"nodeid": test, "status": status, "message": "x" if flaw else ""}],
                          defects=defects)
