@@ -217,6 +217,19 @@ CATALOG: dict[str, Flaw] = {f.name: f for f in (
          budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
          regression="kvverify.zoo_cases.spec_blocks_unreserved_after_load",
          no_lemma=_NO_LEMMA_SCHED),
+    Flaw(name="spec_step_blocks_not_per_group",
+         upstream="#57104 as shipped in 0.31.0; per group, Mamba groups excluded, in 0.32.0",
+         symptom="KV connector + MTP on a Mamba (hybrid) model: a load that fits the free blocks is never "
+                 "admitted, waiting=1 with the blocks free, 0 tok/s",
+         defect="the async-load gate reserves one speculative step as cdiv(1 + num_spec_tokens + "
+                "num_lookahead_tokens, block_size) at the scheduler's block size, whatever the groups: "
+                "Mamba groups are charged for slots their managers never allocate (other attention groups "
+                "for none of theirs)",
+         switched_in="kvverify/reference/sched/kv_transfer.py",
+         caught_by="kvverify.props.connector.test_speculative_connector_workload_completes",
+         budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
+         regression="kvverify.zoo_cases.spec_step_blocks_not_per_group",
+         no_lemma=_NO_LEMMA_SCHED),
     Flaw(name="deferred_requests_hold_slots",
          upstream="#53130 (reported on 0.27.1) / #42568's accounting",
          symptom="admission stops for good once running + deferred requests reach max_num_seqs, "

@@ -204,6 +204,20 @@ def spec_blocks_unreserved_after_load() -> list[Violation]:
     return _connector(config, {"l0": full()}, [_prompt("a", 0, 32), _prompt("b", 1000, 32)], script)
 
 
+def spec_step_blocks_not_per_group() -> list[Violation]:
+    # one Mamba layer (mode none: B = L = 3), 2 blocks (1 usable), one speculative token with
+    # lookahead 1: a 2-token prompt whose first token loads asynchronously needs the one state
+    # block and nothing for its speculative slots (its manager allocates no speculative blocks).
+    # 0.31.0's gate reserves cdiv(1 + 1 + 1, 3) = 1 block anyway: 1 needed > 1 free - 1 reserved,
+    # on every step, with nothing running to free one: the load is never admitted (head_of_line)
+    config = VllmConfig(block_size=3, max_model_len=3, max_num_batched_tokens=2048, num_gpu_blocks_override=2,
+                        kv_connector=True, enable_prefix_caching=False, num_lookahead_tokens=1,
+                        num_speculative_tokens=1)
+    spec = MambaSpec(block_size=3, shapes=((1, 4), (1,)), dtypes=("bfloat16", "float32"))
+    script = ConnectorScript.of({"r0": RequestScript(hit_tokens=1, load_steps=1)})
+    return _connector(config, {"model.layers.0": spec}, [_prompt("r0", 20000, 2)], script)
+
+
 def deferred_requests_hold_slots() -> list[Violation]:
     # max_num_seqs = 1, one request the connector defers once (get_num_new_matched_tokens -> None):
     # counted against max_num_seqs while it waits, the cap is full before it can be promoted

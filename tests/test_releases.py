@@ -241,15 +241,15 @@ def test_project_files_are_written_only_with_publish(tmp_path: Path, monkeypatch
     from kvverify.cli import releases as cli_releases
     fake_root = tmp_path / "checkout"
     (fake_root / "docs").mkdir(parents=True)
-    (fake_root / "README.md").write_text(f"x\n{README_BEGIN}\nSTALE-TABLE-SENTINEL\n{README_END}\n")
+    (fake_root / "README.md").write_text(f"x\n{README_BEGIN}\nSTALE-TABLE\n{README_END}\n")
     monkeypatch.setattr(cli_releases, "repo_root", lambda: fake_root)
     reports = tmp_path / "r"
     assert main(["releases", "--render-only", "--reports-root", str(reports), "--venvs", str(tmp_path / "none")]) == 0
     assert (reports / "releases.md").is_file() and (reports / "releases.json").is_file()
-    assert not (fake_root / "docs" / "releases.md").exists() and "STALE-TABLE-SENTINEL" in (fake_root / "README.md").read_text()
+    assert not (fake_root / "docs" / "releases.md").exists() and "STALE-TABLE" in (fake_root / "README.md").read_text()
     assert main(["releases", "--render-only", "--publish", "--reports-root", str(reports),
                  "--venvs", str(tmp_path / "none")]) == 0
-    assert (fake_root / "docs" / "releases.md").is_file() and "STALE-TABLE-SENTINEL" not in (fake_root / "README.md").read_text()
+    assert (fake_root / "docs" / "releases.md").is_file() and "STALE-TABLE" not in (fake_root / "README.md").read_text()
 
 
 def test_cli_render_only_and_bad_release(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

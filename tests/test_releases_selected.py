@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvverify.releases import selected
+from kvverify.releases import legacy, selected
 from kvverify.releases.defects import ReleaseResult
 from kvverify.releases.suite import pytest_command
 
@@ -42,3 +42,52 @@ def test_the_section_page_is_rendered_from_results(tmp_path: Path) -> None:
     assert data["section"] == "connector" and data["releases"][0]["failures"][0]["defect"] == \
         "deferred_requests_hold_slots"
     assert not (tmp_path / "docs" / "releases.md").exists()
+
+
+def _one(version: str, status: str, flaw: str | None = None) -> ReleaseResult:
+    test = "properties/test_connector.py::test_connector_workload_completes"
+    defects: list[dict[str, object]] = [{"test": test, "violation": "[admission.stall.no_progress] ...",
+                                         "counterexample": "B=16", "report": None, "flaws": [flaw],
+                                         "replay_on_release": None, "forward": {}}] if flaw else []
+    return ReleaseResult(version, f"/venvs/vllm-{version}", returncode=int(bool(flaw)), passes=1,
+                         outcomes=[{"nodeid": test, "status": status, "message": "x" if flaw else ""}],
+                         defects=defects)
+
+
+def test_publishing_one_more_release_keeps_the_published_ones(tmp_path: Path) -> None:
+    """Issue 29 item 5: the section publishes the releases already in its page and data that are
+    not stored here (the per-release results are generated, and may be gone): an entry with its
+    full result renders again, one published before results were stored is carried verbatim
+    (row, cells, section, data entry), a newly stored result is added in version order and
+    replaces its own published entry."""
+    doc = tmp_path / "docs" / "releases-connector.md"
+    data = doc.with_suffix(".json")
+    selected.publish_section("connector", [_one("0.31.0", "failed", "deferred_requests_hold_slots"),
+                                           _one("0.33.0", "passed")], repo_root=tmp_path, doc=doc)
+    first = json.loads(data.read_text())
+    del first["releases"][0]["result"]  # 0.31.0 as published before its result was stored
+    data.write_text(json.dumps(first))
+    page = doc.read_text()
+    row_031 = next(ln for ln in page.splitlines() if ln.startswith("| 0.31.0 |"))
+    shown = selected.publish_section("connector", [_one("0.32.0", "passed")], repo_root=tmp_path, doc=doc,
+                                     not_run=["0.29.0", "0.31.0", "0.32.0", "0.33.0"])
+    assert shown == ["0.31.0", "0.32.0", "0.33.0"]
+    again = json.loads(data.read_text())
+    assert again["section"] == "connector"
+    assert [e["version"] for e in again["releases"]] == ["0.31.0", "0.32.0", "0.33.0"]
+    assert again["releases"][0] == first["releases"][0]  # carried as published
+    assert again["releases"][2]["result"]["version"] == "0.33.0"  # rendered again from its stored result
+    text = doc.read_text()
+    assert row_031 in text and "| property | 0.31.0 | 0.32.0 | 0.33.0 |" in text
+    assert "| `test_connector.py::test_connector_workload_completes` | **FAILS** | pass | pass |" in text
+    assert "Installed but not run yet: 0.29.0." in text
+    assert "python -m kvverify.releases.selected connector --release X" in text  # how to store 0.31.0
+    assert legacy.page_sections(page)["0.31.0"] in text
+    # a stored result replaces its published entry (0.33.0 rerun, now failing)
+    selected.publish_section("connector", [_one("0.33.0", "failed", "async_load_unreserved")],
+                             repo_root=tmp_path, doc=doc)
+    last = json.loads(data.read_text())
+    assert [e["version"] for e in last["releases"]] == ["0.31.0", "0.32.0", "0.33.0"]
+    assert last["releases"][2]["failures"][0]["defect"] == "async_load_unreserved"
+    row = "| `test_connector.py::test_connector_workload_completes` | **FAILS** | pass | **FAILS** |"
+    assert row in doc.read_text()

@@ -114,11 +114,7 @@ def cmd_releases(args: argparse.Namespace) -> int:
     project_page = args.publish and args.output is None  # the project's page: its README table too
     shown, carried = list(results), None
     if args.publish:  # every release published before stays: stored in the data, or carried (releases/legacy.py)
-        data = root / "docs" / "releases.json"
-        have = {r.version for r in results}
-        shown += [r for r in legacy.published(data) if r.version not in have]
-        shown.sort(key=lambda r: venvs.version_key(r.version))
-        carried = legacy.carried(data, root / "docs" / "releases.md", {r.version for r in shown})
+        shown, carried = legacy.with_published(results, root / "docs" / "releases.json", root / "docs" / "releases.md")
     ran = {r.version for r in shown} | set(carried.versions if carried else ())
     publish(shown, repo_root=root, doc=doc, not_run=[rv.version for rv in found if rv.version not in ran],
             readme=root / "README.md" if project_page else None, carried=carried)

@@ -14,11 +14,13 @@ recomputed. Rerun it (``kvverify releases --release X --publish``) to store its 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kvverify.releases.defects import ReleaseResult
+from kvverify.releases.venvs import version_key
 
 
 @dataclass(frozen=True)
@@ -127,3 +129,16 @@ def carried(data_path: Path, page_path: Path, stored: set[str]) -> Carried:
     sections = {v: s for v, s in page_sections(page).items() if v in keep}
     rows = {v: r for v, r in page_rows(page).items() if v in keep}
     return Carried(entries, cells, sections, rows)
+
+
+def with_published(results: Sequence[ReleaseResult], data_path: Path,
+                   page_path: Path) -> tuple[list[ReleaseResult], Carried]:
+    """``results`` (the stored ones) plus every release already published in ``data_path`` /
+    ``page_path`` that is not among them: a published full result renders again
+    (:func:`published`), an entry without one is carried verbatim (:func:`carried`). Publishing
+    one more release (``kvverify releases --publish``, ``python -m kvverify.releases.selected``)
+    therefore drops none of the published ones; a stored result replaces its published entry."""
+    have = {r.version for r in results}
+    shown = list(results) + [r for r in published(data_path) if r.version not in have]
+    shown.sort(key=lambda r: version_key(r.version))
+    return shown, carried(data_path, page_path, {r.version for r in shown})

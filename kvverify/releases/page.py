@@ -85,10 +85,11 @@ def render(results: Sequence[ReleaseResult], *, repo_root: Path, doc_path: Path,
            not_run: Sequence[str] = (), carried: Carried | None = None,
            title: str = "The suite against real vLLM releases",
            suite: str = "properties/", source: str = "kvverify/cli/releases.py",
-           reports: str = "reports/releases") -> str:
+           reports: str = "reports/releases", rerun: str = "kvverify releases --release X --publish") -> str:
     """``docs/releases.md`` from the per-release results (and the releases ``carried`` over from
     the published page, shown as they were published: :mod:`.legacy`); ``title``, ``suite``,
-    ``source``, ``reports``: a section of the matrix, :mod:`.selected`."""
+    ``source``, ``reports``, ``rerun`` (the command that stores a carried release's result): a
+    section of the matrix, :mod:`.selected`."""
     carried = carried or Carried()
     old = {e["version"]: e for e in carried.entries}
     versions = sorted([r.version for r in results] + list(old), key=version_key)
@@ -110,7 +111,7 @@ def render(results: Sequence[ReleaseResult], *, repo_root: Path, doc_path: Path,
         L += [f"Installed but not run yet: {', '.join(not_run)}.", ""]
     if old:
         L += [f"Carried over from the published page (run before per-release results were stored; rerun one with "
-              f"`kvverify releases --release X --publish` to store it): {', '.join(sorted(old, key=version_key))}.", ""]
+              f"`{rerun}` to store it): {', '.join(sorted(old, key=version_key))}.", ""]
     if not versions:
         L += ["No release has been run yet.", ""]
         return "\n".join(L)

@@ -8,7 +8,8 @@ attribution passes, each report replayed on its release (exit 1) and forward unt
 release passes it (exit 0: the first release with the fix), the per-release results stored under
 ``reports/releases-<name>/X.Y.Z/`` — and publishes its page and data from those results:
 ``docs/releases-<name>.md`` and ``.json`` (:func:`.page.render`, :func:`.page.summary`), never
-the matrix's own ``docs/releases.md``::
+the matrix's own ``docs/releases.md``. The releases already published there and not stored here
+stay (:func:`.legacy.with_published`): run one more release and the others are kept::
 
     python -m kvverify.releases.selected connector [--release X.Y.Z ...] [--venvs DIR ...]
     python -m kvverify.releases.selected connector --render-only
@@ -26,6 +27,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from kvverify.releases import legacy
 from kvverify.releases import venvs as venvs_mod
 from kvverify.releases.defects import ReleaseResult
 from kvverify.releases.page import render, summary
@@ -48,17 +50,27 @@ def page_path(repo_root: Path, name: str) -> Path:
 
 
 def publish_section(name: str, results: Sequence[ReleaseResult], *, repo_root: Path, doc: Path,
-                    not_run: Sequence[str] = ()) -> None:
-    """Write the section's page ``doc`` and its data (``doc`` with ``.json``) from ``results``."""
+                    not_run: Sequence[str] = ()) -> list[str]:
+    """Write the section's page ``doc`` and its data (``doc`` with ``.json``) from ``results``
+    (the stored ones) and every release already published there that is not among them — its
+    full result from the data, or carried verbatim (:func:`.legacy.with_published`, as
+    ``kvverify releases --publish`` does for ``docs/releases.md``): running one more release
+    drops none of the published ones. Returns the versions published, in order."""
     import json
 
+    data = doc.with_suffix(".json")
+    shown, carried = legacy.with_published(results, data, doc)
+    published = {r.version for r in shown} | set(carried.versions)
     doc.parent.mkdir(parents=True, exist_ok=True)
-    text = render(results, repo_root=repo_root, doc_path=doc, not_run=not_run, title=TITLES.get(name, name),
-                  command=f"python -m kvverify.releases.selected {name}", suite=" ".join(SECTIONS[name]),
-                  source="kvverify/releases/selected.py", reports=f"reports/releases-{name}")
+    text = render(shown, repo_root=repo_root, doc_path=doc, not_run=[v for v in not_run if v not in published],
+                  carried=carried, title=TITLES.get(name, name), command=f"python -m kvverify.releases.selected {name}",
+                  suite=" ".join(SECTIONS[name]), source="kvverify/releases/selected.py",
+                  reports=f"reports/releases-{name}",
+                  rerun=f"python -m kvverify.releases.selected {name} --release X")
     write_atomic(doc, text + "\n")
-    write_atomic(doc.with_suffix(".json"), json.dumps({"section": name, "tests": list(SECTIONS[name]),
-                                                       **summary(results)}, indent=1) + "\n")
+    write_atomic(data, json.dumps({"section": name, "tests": list(SECTIONS[name]), **summary(shown, carried)},
+                                  indent=1) + "\n")
+    return sorted(published, key=venvs_mod.version_key)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -96,11 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              max_passes=args.max_passes, replay_check=not args.no_replay_check, venvs=found,
                              select=SECTIONS[args.section])
     results = load_results(store)
-    ran = {r.version for r in results}
     doc = Path(args.output) if args.output else page_path(root, args.section)
-    publish_section(args.section, results, repo_root=root, doc=doc,
-                    not_run=[rv.version for rv in found if rv.version not in ran])
-    print(f"wrote {doc} ({len(results)} release(s))")
+    shown = publish_section(args.section, results, repo_root=root, doc=doc, not_run=[rv.version for rv in found])
+    print(f"wrote {doc} ({len(shown)} release(s): {len(results)} from {store}, the rest as published)")
     return 1 if any(r.defects for r in results) else 0
 
 

@@ -23,6 +23,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from kvverify import fixes, flaws
+from kvverify.reference.ops import cdiv
 from kvverify.reference.connector import ScriptedConnectorState, TransferResults
 from kvverify.reference.request import Request, RequestStatus
 from kvverify.reference.sched import request_queue as rq
@@ -54,6 +55,7 @@ class KVTransfer:
     num_spec_tokens: int
     num_lookahead_tokens: int
     _spec_decode_step_blocks: int
+    block_size: int
 
     if TYPE_CHECKING:  # provided by the scheduler
         def _queue_key(self) -> Any: ...
@@ -150,17 +152,42 @@ class KVTransfer:
         slots, neither the admitted load's own step nor the other parked loads'."""
         return flaws.is_on("spec_blocks_unreserved_after_load")
 
+    @staticmethod
+    def _spec_not_per_group() -> bool:
+        """Flaw ``spec_step_blocks_not_per_group``: 0.31.0's flat speculative-step reservation."""
+        return flaws.is_on("spec_step_blocks_not_per_group")
+
+    def _spec_step_blocks(self) -> int:
+        """The blocks of one speculative step the gate reserves (0.32 and later:
+        ``_spec_decode_step_blocks``, per group at its block size, Mamba groups excluded since
+        their managers allocate their own speculative state blocks).
+
+        Flaw ``spec_step_blocks_not_per_group`` (#57104 as shipped in 0.31.0): one
+        ``cdiv(1 + num_spec_tokens + num_lookahead_tokens, block_size)`` at the scheduler's
+        block size, whatever the groups: a Mamba group is charged for slots it never allocates
+        (on a pool that exactly holds a load, the load is never admitted) and a second attention
+        group is not charged for the slots it does allocate."""
+        if self._spec_unreserved():
+            return 0
+        if self._spec_not_per_group():
+            return cdiv(1 + self.num_spec_tokens + self.num_lookahead_tokens,
+                        self.block_size) if self.num_spec_tokens else 0
+        return self._spec_decode_step_blocks
+
     def _request_remaining_blocks(self, request: Request) -> int:
         """Blocks ``request`` still needs to hold its full sequence and be promoted (with a
-        speculative config: the slots of its first speculative step too)."""
+        speculative config: the slots of its first speculative step too; under flaw
+        ``spec_step_blocks_not_per_group`` 0.31.0's flat :meth:`_spec_step_blocks` on top)."""
         full = min(request.num_tokens, self.max_model_len)
         num_tokens = full
-        if self.num_spec_tokens and not self._spec_unreserved():
+        flat = self._spec_not_per_group()
+        if self.num_spec_tokens and not self._spec_unreserved() and not flat:
             num_tokens += 1 + self.num_spec_tokens + self.num_lookahead_tokens
         kvm = self.kv_cache_manager
-        return kvm.coordinator.get_num_blocks_to_allocate(
+        blocks: int = kvm.coordinator.get_num_blocks_to_allocate(
             request.request_id, num_tokens, kvm.empty_kv_cache_blocks.blocks, 0,
             request.num_computed_tokens, full, apply_admission_cap=True)
+        return blocks + self._spec_step_blocks() if flat else blocks
 
     def _inflight_prefill_reserved_blocks(self) -> int:
         """What in-flight prefills (chunked prefills, async loads) still need to finish."""
@@ -171,7 +198,7 @@ class KVTransfer:
         in-flight prefills' remaining blocks and the blocks of its own first speculative step."""
         if flaws.is_on("async_load_unreserved"):
             return 0  # #45388: before #44560 the load could take blocks other prefills need
-        spec = 0 if self._spec_unreserved() else self._spec_decode_step_blocks
+        spec = self._spec_step_blocks()
         if spec and fixes.is_on("async_load_reserves_own_need"):
             # finding F11: only what the request still needs after the load, speculative slots
             # included (never past max_model_len: allocate_slots caps its slots there)

@@ -73,7 +73,10 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         "vllm.v1.attention.backends.utils.resolve_kv_cache_layout", f"{_IFACE}.KVCacheSpec.prefix_cacheable",
     })),
     ("0.31.0", frozenset({"vllm.config.VllmConfig.num_prefill_lookahead_tokens",
-                          f"{_SCHED}.kv_holding_waiting", f"{_SCHED}._spec_decode_step_blocks"})),
+                          "vllm.v1.core.sched.scheduler.Scheduler.kv_holding_waiting",
+                          # the async-load gate's speculative step (#57104): a method in 0.31.0,
+                          # an int computed per group from 0.32.0
+                          "vllm.v1.core.sched.scheduler.Scheduler._spec_decode_step_blocks"})),
     ("0.32.0", frozenset({f"{_UTILS}.resolve_cache_hit_alignment_tokens"})),
     ("0.33.0", frozenset({
         "vllm.v1.core.kv_cache_config_builder", "vllm.v1.core.kv_cache_config_builder.get_kv_cache_config_builder",
