@@ -134,7 +134,7 @@ def test_the_hybrid_auto_fit_property_reaches_the_group_defect(attribution_mode)
 def test_the_group_defect_keeps_auto_fit_and_the_check_in_agreement() -> None:
     """The flaw mirrors upstream's one helper (``_max_memory_usage_bytes_from_groups``, called by
     auto-fit and by the check): on the reference with the flaw the check passes the length auto-fit
-    chose and the runtime pool cannot serve it (``autofit.not_servable``, as real 0.14.1 … 0.18.1
+    chose and the runtime pool cannot serve it (``autofit.not_servable``, as real 0.14.1, 0.16.0 and 0.18.1
     fail), never ``autofit.refused``, which no release showed and no replay could match."""
     from kvverify.zoo_cases import autofit_first_group_only
     with flaws.only("autofit_first_group_only"):
