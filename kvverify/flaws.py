@@ -123,7 +123,8 @@ CATALOG: dict[str, Flaw] = {f.name: f for f in (
     Flaw(name="autofit_first_group_only",
          upstream="#36030",
          symptom="auto-fit too large on hybrid models",
-         defect="auto-fit counts only the first KV cache group's blocks",
+         defect="_max_memory_usage_bytes_from_groups (auto-fit's search and the startup check) "
+                "counts only the first KV cache group's blocks",
          switched_in="kvverify/reference/arith.py",
          caught_by="kvverify.props.startup.test_auto_fit_is_servable_and_maximal",
          budget=Budget(examples=600, shrunk_len=64),

@@ -109,11 +109,16 @@ def lengths(block_size: int, *, low: int = 2, high: int = 1024) -> st.SearchStra
 @_memoized
 @st.composite
 def layer_kinds(draw, *, max_layers: int = 6, kinds: Sequence[str] = ATTENTION_KINDS,
-                allow_mamba: bool = True) -> list[str]:
-    """A layer pattern: 1..max_layers kinds; at least one attention layer unless pure Mamba."""
+                allow_mamba: bool = True, hybrid: bool = False) -> list[str]:
+    """A layer pattern: 1..max_layers kinds; at least one attention layer unless pure Mamba
+    (``hybrid``: two or three distinct kinds, so two or more KV cache groups)."""
     pool = tuple(spec_kinds.resolve(k).name for k in kinds) + (("mamba",) if allow_mamba else ())
-    n = draw(st.integers(1, max_layers))
-    pattern = draw(_patterns(pool, min(3, n)))
+    if hybrid:
+        pattern = draw(st.lists(_sampled(pool), min_size=2, max_size=min(3, max(2, max_layers)), unique=True))
+        n = draw(st.integers(len(pattern), max(len(pattern), max_layers)))
+    else:
+        n = draw(st.integers(1, max_layers))
+        pattern = draw(_patterns(pool, min(3, n)))
     if "mla" in pattern and "chunked_local" in pattern:
         # MLA next to full / SWA / Mamba is drawn (MLA + SWA drafts are real). MLA's half-size
         # page doubles its block size next to other attention, which upstream's chunked-local
@@ -126,15 +131,15 @@ def layer_kinds(draw, *, max_layers: int = 6, kinds: Sequence[str] = ATTENTION_K
 @st.composite
 def model_specs(draw, block_size: int, max_model_len: int, *, mamba_mode: str = "none",
                 max_layers: int = 6, kinds: Sequence[str] = ATTENTION_KINDS,
-                allow_mamba: bool = True) -> dict[str, KVCacheSpec]:
-    """Layer name -> spec for one model drawn from a spec mix.
+                allow_mamba: bool = True, hybrid: bool = False) -> dict[str, KVCacheSpec]:
+    """Layer name -> spec for one model drawn from a spec mix (``hybrid``: of two or more kinds).
 
     Attention layers share heads x dims (tiny: 1-2 heads, 2-8 dims, so pages unify
     as in real models); windows and chunks are drawn around block multiples. Mamba
     layers follow the hybrid page rule (``arith.hybrid_attention_block_size``): the
     attention block grows until its page covers the Mamba state, which is padded up.
     """
-    kinds_drawn = draw(layer_kinds(max_layers=max_layers, kinds=kinds, allow_mamba=allow_mamba))
+    kinds_drawn = draw(layer_kinds(max_layers=max_layers, kinds=kinds, allow_mamba=allow_mamba, hybrid=hybrid))
     heads = draw(_HEADS)
     head_size = draw(_HEAD_SIZES)
     dtype = draw(_DTYPES)
@@ -228,7 +233,8 @@ def effective_block_size(specs: dict[str, KVCacheSpec], block_size: int, max_mod
 def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6,
                   kinds: Sequence[str] = ATTENTION_KINDS, allow_mamba: bool = True,
                   allow_auto: bool = True, max_len: int = 1024, workers: bool = True,
-                  lookahead: bool = False, prefix_caching: bool | None = None) -> StartupCase:
+                  lookahead: bool = False, prefix_caching: bool | None = None,
+                  hybrid: bool = False) -> StartupCase:
     """A deployment whose block count lands at the startup boundary more often than not.
 
     Draws block size, max_model_len, token budget, a spec mix, a block source
@@ -238,8 +244,8 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
     ``workers`` (sometimes two workers with different memory), ``lookahead`` (draw
     ``num_lookahead_tokens`` in 1..8, as speculative decoding reserves, and
     ``num_prefill_lookahead_tokens`` below both it and the budget), ``prefix_caching``
-    (``None``: drawn; ``True`` / ``False``: fixed). Also drawn, each shrinking to upstream's
-    default: ``disable_hybrid_kv_cache_manager`` (where it changes the plan), the scheduling
+    (``None``: drawn; ``True`` / ``False``: fixed), ``hybrid`` (two or more layer kinds).
+    Also drawn, each shrinking to upstream's default: ``disable_hybrid_kv_cache_manager`` (where it changes the plan), the scheduling
     policy, ``max_num_seqs`` and ``watermark``.
     """
     block_size = draw(_BLOCK_SIZES)
@@ -248,7 +254,7 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
     # MambaModelConfig.verify_and_update_config: prefix caching <=> align mode.
     mamba_mode = "align" if prefix_caching else "none"
     specs = draw(model_specs(block_size, max_model_len, mamba_mode=mamba_mode, max_layers=max_layers,
-                             kinds=kinds, allow_mamba=allow_mamba))
+                             kinds=kinds, allow_mamba=allow_mamba, hybrid=hybrid))
     block_size = effective_block_size(specs, block_size, max_model_len, mamba_mode)
     budget = draw(_budgets(block_size))
     auto = allow_auto and draw(st.booleans()) and draw(st.booleans())

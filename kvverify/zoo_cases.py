@@ -87,8 +87,9 @@ def autofit_ignores_null_block() -> list[Violation]:
 
 
 def autofit_first_group_only() -> list[Violation]:
-    # full + SWA on a 3-block override: counting the first group alone over-fits the length
-    return _auto_fit(VllmConfig(block_size=16, max_model_len=-1, max_position_embeddings=2,
+    # full + SWA on a 3-block override (2 usable): auto-fit and the check both count the full
+    # group alone (one helper upstream), agree on L = 32 (2 blocks), and the request holds 2 + 2
+    return _auto_fit(VllmConfig(block_size=16, max_model_len=-1, max_position_embeddings=64,
                                 num_gpu_blocks_override=3, kv_cache_memory_bytes=1),
                      {"l0": full(), "l1": swa(16)})
 

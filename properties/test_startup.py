@@ -3,6 +3,7 @@
 from kvverify import fixes
 from kvverify.props.findings import known_failure
 from kvverify.props.startup import (  # noqa: F401  (collected by pytest)
+    test_auto_fit_counts_every_group,
     test_auto_fit_is_servable_and_maximal,
     test_catalog_models_startup_agrees_with_runtime,
     test_startup_check_passes_implies_servable,

@@ -34,6 +34,7 @@ ALTERNATIVES = ("priority", *VARIANT_POLICIES)
 SCHEDULER_PROPERTIES = (
     startup.test_startup_check_passes_implies_servable,
     startup.test_auto_fit_is_servable_and_maximal,
+    startup.test_auto_fit_counts_every_group,
     startup.test_catalog_models_startup_agrees_with_runtime,
     admission.test_request_within_startup_bound_is_admitted,
     admission.test_admitted_workload_completes,

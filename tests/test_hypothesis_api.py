@@ -47,6 +47,7 @@ PUBLIC = {
     "hypothesis.seed", "hypothesis.reproduce_failure", "hypothesis.assume", "hypothesis.reject", "hypothesis.event",
     "hypothesis.note", "hypothesis.target", "hypothesis.find", "hypothesis.is_hypothesis_test",
     "hypothesis.settings.register_profile", "hypothesis.settings.load_profile", "hypothesis.settings.get_profile",
+    "hypothesis.settings.get_current_profile_name",
     "hypothesis.settings.default.max_examples",
     "hypothesis.HealthCheck", "hypothesis.HealthCheck.too_slow", "hypothesis.HealthCheck.data_too_large",
     "hypothesis.Phase", "hypothesis.Phase.explicit", "hypothesis.Phase.reuse", "hypothesis.Phase.generate",

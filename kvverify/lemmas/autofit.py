@@ -44,13 +44,20 @@ def group_blocks(mix: str, length, v: Mapping, block_size: int) -> list:
 
 def fits(mix: str, length, v: Mapping, block_size: int, bpb: int) -> object:
     """The auto-fit predicate at ``length`` (flaw-aware: search memory, first group only)."""
-    total = arith.total_blocks_per_request(group_blocks(mix, length, v, block_size), in_auto_fit=True)
+    total = _helper_total(mix, length, v, block_size)
     search = arith.auto_fit_search_memory(v["memory"], bpb, v.get("override"))
     return arith.needed_memory(bpb, total) <= search
 
 
 def _total(mix: str, length, v: Mapping, block_size: int):
+    """The blocks one request holds on the runtime pool (every group)."""
     return arith.total_blocks_per_request(group_blocks(mix, length, v, block_size))
+
+
+def _helper_total(mix: str, length, v: Mapping, block_size: int):
+    """The blocks ``_max_memory_usage_bytes_from_groups`` counts (auto-fit's search and the
+    startup check; flaw ``autofit_first_group_only``: the first group only)."""
+    return arith.total_blocks_per_request(group_blocks(mix, length, v, block_size), in_memory_helper=True)
 
 
 def _vars(mix: str, source: str, *names: str) -> tuple[Var, ...]:
@@ -87,7 +94,7 @@ def _cases(kind: str) -> Iterator[Case]:
                         override = v.get("override")
                         starts = arith.startup_check_passes(
                             arith.startup_check_memory(v["memory"], bpb, override),
-                            arith.needed_memory(bpb, total))
+                            arith.needed_memory(bpb, _helper_total(mix, v["v"], v, b)))
                         n = arith.runtime_num_blocks(v["memory"], bpb, override)
                         return and_(starts, arith.servable_alone(n, total))
 

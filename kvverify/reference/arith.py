@@ -274,12 +274,16 @@ def runtime_num_blocks(available_memory: Num, bytes_per_block: Num,
     return num_blocks_from_memory(available_memory, bytes_per_block)
 
 
-def total_blocks_per_request(group_blocks: Sequence[Num], in_auto_fit: bool = False) -> Num:
+def total_blocks_per_request(group_blocks: Sequence[Num], in_memory_helper: bool = False) -> Num:
     """``sum_g blocks_g(L)`` over all groups (PR #36030).
 
-    Flaw ``autofit_first_group_only`` counts only the first group while auto-fitting.
+    ``in_memory_helper``: the count ``_max_memory_usage_bytes_from_groups`` makes, which
+    auto-fit's search and the startup check both call. There flaw ``autofit_first_group_only``
+    counts only the first group, as upstream did before #36030 (``any_spec =
+    kv_cache_groups[0].kv_cache_spec``): auto-fit and the check agree on a too-long length,
+    the runtime pool (which holds every group) does not serve it.
     """
-    if in_auto_fit and flaws.is_on("autofit_first_group_only"):
+    if in_memory_helper and flaws.is_on("autofit_first_group_only"):
         group_blocks = list(group_blocks)[:1]
     return sum_(list(group_blocks))
 

@@ -80,32 +80,32 @@ def group_blocks_per_request(group: KVCacheGroupSpec, vllm_config: VllmConfig) -
 
 
 def blocks_per_request(groups: Sequence[KVCacheGroupSpec], vllm_config: VllmConfig, *,
-                       in_auto_fit: bool = False) -> int:
-    """``sum_g blocks_g(L)`` over all groups (PR #36030); ``in_auto_fit``: called by auto-fit,
-    where flaw ``autofit_first_group_only`` counts only the first group."""
+                       in_memory_helper: bool = False) -> int:
+    """``sum_g blocks_g(L)`` over all groups (PR #36030); ``in_memory_helper``: the count of
+    ``_max_memory_usage_bytes_from_groups`` (auto-fit and the startup check), where flaw
+    ``autofit_first_group_only`` counts only the first group."""
     return arith.total_blocks_per_request([group_blocks_per_request(g, vllm_config) for g in groups],
-                                          in_auto_fit=in_auto_fit)
+                                          in_memory_helper=in_memory_helper)
 
 
 def max_memory_usage_bytes_from_groups(groups: Sequence[KVCacheGroupSpec],
-                                       vllm_config: VllmConfig, *, in_auto_fit: bool = False) -> int:
-    """``_max_memory_usage_bytes_from_groups``: ``bytes_per_block * sum_g blocks_g(L)``."""
+                                       vllm_config: VllmConfig) -> int:
+    """``_max_memory_usage_bytes_from_groups``: ``bytes_per_block * sum_g blocks_g(L)`` (flaw
+    ``autofit_first_group_only``: the first group's blocks only, for every caller)."""
     if not groups:
         return 0
     return arith.needed_memory(bytes_per_block(groups),
-                               blocks_per_request(groups, vllm_config, in_auto_fit=in_auto_fit))
+                               blocks_per_request(groups, vllm_config, in_memory_helper=True))
 
 
 def estimate_max_model_len_from_groups(groups: Sequence[KVCacheGroupSpec], vllm_config: VllmConfig,
-                                       available_memory: int, upper: int | None = None, *,
-                                       in_auto_fit: bool = False) -> int:
-    """Binary search on ``[1, upper]`` for the largest length whose need fits; 0 if none
-    (``in_auto_fit``: searching for ``_auto_fit_max_model_len``)."""
+                                       available_memory: int, upper: int | None = None) -> int:
+    """Binary search on ``[1, upper]`` for the largest length whose need fits; 0 if none."""
     hi = vllm_config.planning_max_model_len if upper is None else upper
 
     def fits(length: int) -> bool:
         return max_memory_usage_bytes_from_groups(
-            groups, vllm_config.with_max_model_len(length), in_auto_fit=in_auto_fit) <= available_memory
+            groups, vllm_config.with_max_model_len(length)) <= available_memory
 
     return binary_search_max(fits, hi)
 
@@ -316,8 +316,7 @@ def _auto_fit_max_model_len(config: VllmConfig, worker_groups: Sequence[Sequence
     best = original
     for groups, mem in zip(worker_groups, check_memory):
         if groups:
-            best = min(best, estimate_max_model_len_from_groups(groups, config, mem, upper=original,
-                                                                in_auto_fit=True))
+            best = min(best, estimate_max_model_len_from_groups(groups, config, mem, upper=original))
     if best <= 0:
         raise StartupCheckError(
             "Cannot auto-fit max_model_len: not enough KV cache memory to serve even a single "

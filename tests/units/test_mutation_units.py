@@ -345,9 +345,9 @@ def test_arith_planning_exact() -> None:
         assert arith.runtime_num_blocks(mem, bpb) == mem // bpb
     for blocks in ([], [3], [3, 4, 5]):
         assert arith.total_blocks_per_request(blocks) == sum(blocks)
-        assert arith.total_blocks_per_request(blocks, in_auto_fit=True) == sum(blocks)
+        assert arith.total_blocks_per_request(blocks, in_memory_helper=True) == sum(blocks)
         with flaws.enabled("autofit_first_group_only"):
-            assert arith.total_blocks_per_request(blocks, in_auto_fit=True) == sum(blocks[:1])
+            assert arith.total_blocks_per_request(blocks, in_memory_helper=True) == sum(blocks[:1])
             assert arith.total_blocks_per_request(blocks) == sum(blocks)
     for length in range(1, 9):
         for la in range(0, 4):

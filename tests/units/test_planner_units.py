@@ -192,10 +192,10 @@ def test_bytes_per_block_exact() -> None:
     assert bytes_per_block([KVCacheGroupSpec(("x", "y"), small)]) == 8192
 
 
-def test_blocks_per_request_counts_every_group_outside_auto_fit() -> None:
-    """``blocks_per_request``: the startup check sums every group even with flaw
-    ``autofit_first_group_only`` on (the flaw is in auto-fit only): full + full, L = 100,
-    block 16 -> 7 + 7."""
+def test_blocks_per_request_counts_every_group_outside_the_memory_helper() -> None:
+    """``blocks_per_request``: the runtime's count sums every group even with flaw
+    ``autofit_first_group_only`` on (the flaw is in ``_max_memory_usage_bytes_from_groups``
+    only): full + full, L = 100, block 16 -> 7 + 7."""
     from kvverify import flaws
     from kvverify.reference.planner import blocks_per_request
 
@@ -203,7 +203,7 @@ def test_blocks_per_request_counts_every_group_outside_auto_fit() -> None:
     config = VllmConfig(block_size=16, max_model_len=100)
     with flaws.enabled("autofit_first_group_only"):
         assert blocks_per_request(groups, config) == 14
-        assert blocks_per_request(groups, config, in_auto_fit=True) == 7
+        assert blocks_per_request(groups, config, in_memory_helper=True) == 7
 
 
 def _hybrid_specs() -> dict:
@@ -283,10 +283,13 @@ def test_group_helpers_exact() -> None:
     assert estimate_max_model_len_from_groups([_full_group(16)], config, 100 * page) == 100
 
 
-def test_group_need_and_estimate_count_every_group_outside_auto_fit() -> None:
-    """``max_memory_usage_bytes_from_groups`` / ``estimate_max_model_len_from_groups`` count
-    every group unless called by auto-fit, flaw ``autofit_first_group_only`` or not (full +
-    SWA as in the auto-fit example: 2 x 7 + 1 pages at L = 100; 4 pages fit L = 16)."""
+def test_group_need_counts_the_first_group_only_under_the_flaw() -> None:
+    """``max_memory_usage_bytes_from_groups`` counts every group; flaw
+    ``autofit_first_group_only`` counts the first group's blocks only, for auto-fit's search
+    and the startup check alike, as upstream's one helper did before #36030 (full + SWA: 15
+    pages at L = 100, 7 under the flaw; 4 pages fit L = 16, L = 64 under the flaw). The
+    check then passes a length the runtime pool cannot hold (``blocks_per_request``: 15)."""
+    from kvverify.reference.planner import blocks_per_request, check_enough_kv_cache_memory_for_groups
     from kvverify import flaws
     from kvverify.reference.specs import SlidingWindowSpec
 
@@ -295,7 +298,12 @@ def test_group_need_and_estimate_count_every_group_outside_auto_fit() -> None:
                                                              sliding_window=32))
     config = VllmConfig(block_size=16, max_model_len=100)
     page = full_g.kv_cache_spec.page_size_bytes
+    assert max_memory_usage_bytes_from_groups([full_g, swa_g], config) == 15 * page
+    assert estimate_max_model_len_from_groups([full_g, swa_g], config, 4 * page) == 16
+    with pytest.raises(StartupCheckError):
+        check_enough_kv_cache_memory_for_groups(7 * page, [full_g, swa_g], config)
     with flaws.enabled("autofit_first_group_only"):
-        assert max_memory_usage_bytes_from_groups([full_g, swa_g], config) == 15 * page
-        assert max_memory_usage_bytes_from_groups([full_g, swa_g], config, in_auto_fit=True) == 7 * page
-        assert estimate_max_model_len_from_groups([full_g, swa_g], config, 4 * page) == 16
+        assert max_memory_usage_bytes_from_groups([full_g, swa_g], config) == 7 * page
+        assert estimate_max_model_len_from_groups([full_g, swa_g], config, 4 * page) == 64
+        check_enough_kv_cache_memory_for_groups(7 * page, [full_g, swa_g], config)  # passes: too loose
+        assert blocks_per_request([full_g, swa_g], config) == 15

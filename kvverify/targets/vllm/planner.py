@@ -174,9 +174,12 @@ def plan(target: VllmTarget, vllm_config: VllmConfig, kv_cache_specs: Sequence[M
             resolve_layout(target, vc, up_specs)
             groups = _global_groups(up, vc, [dict(w) for w in up_specs])
         except (AssertionError, ValueError, NotImplementedError, TypeError) as e:
-            if isinstance(e, NotImplementedError) and _has_padded_page(kv_cache_specs):
+            if ((isinstance(e, NotImplementedError) and _has_padded_page(kv_cache_specs))
+                    or (isinstance(e, AssertionError) and _raised_in(e, "unify_kv_cache_spec_page_size"))):
                 # page unification that pads (a padded layer next to others, >= 0.32) is missing:
-                # the release refuses the model at startup; not a capacity verdict
+                # the release refuses the model at startup; not a capacity verdict. Before Mamba
+                # pages were padded there (0.28.0 has it, 0.19.1 not) a Mamba page smaller than
+                # the largest is scaled by its block size, does not grow, and fails the assert
                 unsupported(f"vLLM {target.version} cannot unify the page sizes of padded layers "
                             f"(upstream grouping: {e})")
             raise GroupingError(f"upstream grouping refused the specs: {type(e).__name__}: {e}") from e
@@ -219,6 +222,15 @@ def plan(target: VllmTarget, vllm_config: VllmConfig, kv_cache_specs: Sequence[M
         blocks_per_group=blocks_per_group, starts=error is None, error=error,
         auto_fit_max_model_len=auto_fit_len,
         worker_groups=tuple(tr.groups_back(g) for g in projected))
+
+
+def _raised_in(e: BaseException, function: str) -> bool:
+    """Whether ``e`` was raised inside upstream's ``function`` (its traceback's innermost frames)."""
+    tb, names = e.__traceback__, []
+    while tb is not None:
+        names.append(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    return function in names
 
 
 def _has_padded_page(kv_cache_specs: Sequence[Mapping[str, kv.KVCacheSpec]]) -> bool:
