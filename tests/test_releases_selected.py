@@ -91,3 +91,18 @@ def test_publishing_one_more_release_keeps_the_published_ones(tmp_path: Path) ->
     assert last["releases"][2]["failures"][0]["defect"] == "async_load_unreserved"
     row = "| `test_connector.py::test_connector_workload_completes` | **FAILS** | pass | **FAILS** |"
     assert row in doc.read_text()
+
+
+def test_readme_table_counts_a_sections_failures() -> None:
+    """A defect only a section found (the connector properties on 0.29.0) is in README's
+    real-release table, on its release, with its replays; the section is named among the runs."""
+    from kvverify.releases.readme import zoo_real_release_section
+    matrix = {"releases": [{"version": "0.33.0", "failures": []}]}
+    failure = {"test": "properties/test_connector.py::t", "defect": "deferred_free_preemption_cascade",
+               "report": "r.json", "replay_on_release": 1, "forward": {"0.31.0": 0}}
+    section = {"releases": [{"version": "0.29.0", "failures": [failure]}]}
+    table = zoo_real_release_section(matrix, {"connector": section})
+    row = next(line for line in table.splitlines() if line.startswith("| `deferred_free_preemption_cascade`"))
+    assert "0.29.0 (1 failure; replays: 1/1 exit 1 on their release, fixed between 0.29.0 and 0.31.0)" in row
+    assert "the `connector` section ([docs/releases-connector.md](docs/releases-connector.md)): 0.29.0" in table
+    assert "not found in the releases run" in zoo_real_release_section(matrix).split("deferred_free_preemption_cascade")[1]

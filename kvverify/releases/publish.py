@@ -29,6 +29,8 @@ def publish(results: Sequence[ReleaseResult], *, repo_root: Path, doc: Path, not
     write_atomic(doc, render(results, repo_root=repo_root, doc_path=doc, not_run=not_run, carried=carried) + "\n")
     data = summary(results, carried)
     write_atomic(doc.with_suffix(".json"), json.dumps(data, indent=1) + "\n")
-    if readme is not None and not update_readme(readme, zoo_real_release_section(data)):
+    from kvverify.releases.selected import published_sections
+
+    if readme is not None and not update_readme(readme, zoo_real_release_section(data, published_sections(repo_root))):
         print(f"{readme.name} has no {README_BEGIN!r} marker: its real-release table was not updated",
               file=sys.stderr)

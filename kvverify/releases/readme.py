@@ -31,18 +31,36 @@ def _between(failure: Mapping[str, Any], version: str) -> tuple[str, str] | None
     return Defect("", "", "", None, [], forward=forward).fixed_between(version)
 
 
-def zoo_real_release_section(data: Mapping[str, Any]) -> str:
+def _with_sections(data: Mapping[str, Any], sections: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The matrix's releases with each section's failures added to the same release's entry (a
+    release a section ran and the matrix did not gets an entry of its own), newest last."""
+    by_v: dict[str, dict[str, Any]] = {r["version"]: {**r, "failures": list(r.get("failures") or [])}
+                                       for r in data.get("releases") or []}
+    for sec in sections.values():
+        for r in sec.get("releases") or []:
+            entry = by_v.setdefault(r["version"], {"version": r["version"], "failures": []})
+            entry["failures"].extend(r.get("failures") or [])
+    return [by_v[v] for v in sorted(by_v, key=version_key)]
+
+
+def zoo_real_release_section(data: Mapping[str, Any], sections: Mapping[str, Mapping[str, Any]] | None = None) -> str:
     """The README's real-release zoo table, from :func:`~kvverify.releases.page.summary`'s data: for each zoo flaw,
     "caught when re-introduced" (every catalogued flaw is: ``kvverify zoo``, tests/test_zoo.py)
     next to the real releases whose own code failed with it, the replays' verdicts, and the
-    first release where its reports pass."""
-    releases = list(data.get("releases") or [])
-    ran = [r["version"] for r in releases]
+    first release where its reports pass. ``sections``: the published data of the matrix's
+    sections (``docs/releases-<name>.json``, :mod:`.selected`), whose failures count too."""
+    sections = dict(sections or {})
+    releases = _with_sections(data, sections)
+    ran = [r["version"] for r in data.get("releases") or []]
+    in_sections = "".join(f"; the `{name}` section ([docs/releases-{name}.md](docs/releases-{name}.md)): "
+                   + (", ".join(r["version"] for r in sec.get("releases") or []) or "none")
+                   for name, sec in sorted(sections.items()))
     L = ["**Caught in real releases** ([docs/releases.md](docs/releases.md), `kvverify releases`): the unmodified",
          "suite on each release's own code (CPU-only). A failure is named by replaying its report on the reference",
          "with each zoo flaw (then each pair) switched on; the report is replayed on the release (`kvverify replay`,",
          "exit 1 = reproduced) and on the later installed releases until it passes (exit 0): upstream fixed it",
-         "between the last release it reproduces on and that one. Releases run: " + (", ".join(ran) or "none") + ".",
+         "between the last release it reproduces on and that one. Releases run: " + (", ".join(ran) or "none")
+         + in_sections + ".",
          "",
          "| flaw | caught when re-introduced | caught in real release |", "|---|---|---|"]
     for name in flaws.CATALOG:

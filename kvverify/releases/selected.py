@@ -26,6 +26,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from kvverify.releases import legacy
 from kvverify.releases import venvs as venvs_mod
@@ -47,6 +48,33 @@ def out_root(repo_root: Path, name: str) -> Path:
 
 def page_path(repo_root: Path, name: str) -> Path:
     return repo_root / "docs" / f"releases-{name}.md"
+
+
+def published_sections(repo_root: Path) -> dict[str, dict[str, Any]]:
+    """Each section's published data (``docs/releases-<name>.json``), for the README's
+    real-release table (:func:`.readme.zoo_real_release_section`); a section never published is left out."""
+    import json
+
+    out = {}
+    for name in SECTIONS:
+        path = page_path(repo_root, name).with_suffix(".json")
+        if path.is_file():
+            out[name] = json.loads(path.read_text())
+    return out
+
+
+def update_readme_table(repo_root: Path) -> bool:
+    """Regenerate README's real-release zoo table from ``docs/releases.json`` and every section's
+    data (``False``: no matrix data, or README has no markers)."""
+    import json
+
+    from kvverify.releases.readme import update_readme, zoo_real_release_section
+
+    data = repo_root / "docs" / "releases.json"
+    if not data.is_file():
+        return False
+    return update_readme(repo_root / "README.md",
+                         zoo_real_release_section(json.loads(data.read_text()), published_sections(repo_root)))
 
 
 def publish_section(name: str, results: Sequence[ReleaseResult], *, repo_root: Path, doc: Path,
@@ -111,6 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     doc = Path(args.output) if args.output else page_path(root, args.section)
     shown = publish_section(args.section, results, repo_root=root, doc=doc, not_run=[rv.version for rv in found])
     print(f"wrote {doc} ({len(shown)} release(s): {len(results)} from {store}, the rest as published)")
+    if doc == page_path(root, args.section) and update_readme_table(root):
+        print("regenerated README.md's real-release zoo table (docs/releases.json and the sections' data)")
     return 1 if any(r.defects for r in results) else 0
 
 
