@@ -1,7 +1,8 @@
 """No module of the package a reader cannot hold: every ``kvverify/`` module is at most 600 lines.
 
-The mark the project set itself (issue 24; `getattr(target` probing is tests/test_add_a_target_doc.py's); a merge that pushes a module over it (two features
-adding probes to one file) fails here, not in a later review.
+The mark the project set itself (issue 24); a merge that pushes a module over it (two
+features adding probes to one file) fails here, not in a later review. (``getattr(target``
+probing has its own test, tests/test_add_a_target_doc.py.)
 """
 
 from __future__ import annotations
