@@ -113,17 +113,6 @@ def test_connector_finding_reproduces_on_vllm(vllm_target, finding: str) -> None
     """Each finding's minimal counterexample on the real, pinned vLLM (strict: the day upstream
     changes, this fails and names the finding). Under ``--fix`` (the patched vLLM) the finding's
     own replay must no longer reproduce; the others describe unpatched 0.33.0 and are skipped."""
-    from kvverify import fixes
+    from kvverify.props.findings import replay_on_vllm
 
-    if not fixes.active():
-        if not vllm_target.expects_finding(finding):
-            with pytest.raises(AssertionError):
-                FINDINGS[finding](vllm_target)
-            return
-        FINDINGS[finding](vllm_target)
-        return
-    fix = FINDING_FIXES[finding]
-    if not fixes.is_on(fix):
-        pytest.skip(f"vLLM is patched ({', '.join(sorted(fixes.active()))}); this replay is of unpatched 0.33.0")
-    with pytest.raises(AssertionError):
-        FINDINGS[finding](vllm_target)
+    replay_on_vllm(vllm_target, finding, FINDINGS[finding], FINDING_FIXES[finding])

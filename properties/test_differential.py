@@ -672,25 +672,6 @@ def test_finding_reproduces_on_vllm(vllm_target: VllmTarget, finding: str) -> No
     Under ``--fix`` (patched vLLM, kvverify/targets/overlay.py) the finding's own replay must
     no longer reproduce; the other replays describe unpatched 0.33.0 and are skipped.
     """
-    from kvverify import fixes
-    from kvverify.props.findings import ADAPTER_GAPS
+    from kvverify.props.findings import replay_on_vllm
 
-    if not fixes.active():
-        why = vllm_target.finding_replay_masked(finding)
-        if why:
-            pytest.skip(f"{finding}: {why}")
-        if not vllm_target.expects_finding(finding):
-            # absent from this release (kvverify/targets/vllm/findings.py, FINDING_CAPABILITY):
-            # the minimal counterexample must not reproduce here
-            with pytest.raises(AssertionError):
-                FINDINGS[finding](vllm_target)
-            return
-        FINDINGS[finding](vllm_target)
-        return
-    fix = FINDING_FIXES[finding]
-    if not fixes.is_on(fix):
-        pytest.skip(f"vLLM is patched ({', '.join(sorted(fixes.active()))}); this replay is of unpatched 0.33.0")
-    if fix in ADAPTER_GAPS:
-        pytest.skip(f"{fix}: {ADAPTER_GAPS[fix]}")
-    with pytest.raises(AssertionError):
-        FINDINGS[finding](vllm_target)  # the patch removes the finding
+    replay_on_vllm(vllm_target, finding, FINDINGS[finding], FINDING_FIXES[finding])

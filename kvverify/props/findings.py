@@ -6,7 +6,7 @@ One registry, used by the suite files (``xfail(strict=True)`` marks) and by
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -121,3 +121,36 @@ def xfail_mark(name: str) -> pytest.MarkDecorator:
 def known_failure(fn: Callable) -> Callable:
     """Mark a property (or its suite wrapper) as the strict known failure its name registers."""
     return xfail_mark(fn.__name__)(fn)
+
+
+def replay_on_vllm(target: Any, finding: str, replay: Callable[[Any], None], fix: str) -> None:
+    """One finding's minimal counterexample (``replay``, which raises ``AssertionError`` where it
+    reproduces) on the real vLLM ``target``, with ``fix`` its fix option. Strict both ways:
+
+    * unpatched, a release with the finding (``target.expects_finding``) must reproduce it and a
+      release without it must not; a replay the release's other defects mask is skipped with the
+      reason (``target.finding_replay_masked``);
+    * under ``--fix`` (the patched vLLM, :mod:`kvverify.targets.overlay`) the finding's own replay
+      must no longer reproduce; the other replays describe unpatched 0.33.0 and are skipped, as is
+      a fix the adapter cannot apply yet (:data:`ADAPTER_GAPS`).
+    """
+    from kvverify import fixes
+
+    if not fixes.active():
+        why = target.finding_replay_masked(finding)
+        if why:
+            pytest.skip(f"{finding}: {why}")
+        if not target.expects_finding(finding):
+            # absent from this release (kvverify/targets/vllm/findings.py, FINDING_CAPABILITY):
+            # the minimal counterexample must not reproduce here
+            with pytest.raises(AssertionError):
+                replay(target)
+            return
+        replay(target)
+        return
+    if not fixes.is_on(fix):
+        pytest.skip(f"vLLM is patched ({', '.join(sorted(fixes.active()))}); this replay is of unpatched 0.33.0")
+    if fix in ADAPTER_GAPS:
+        pytest.skip(f"{fix}: {ADAPTER_GAPS[fix]}")
+    with pytest.raises(AssertionError):
+        replay(target)  # the patch removes the finding
