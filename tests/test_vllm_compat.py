@@ -628,3 +628,26 @@ def test_late_capabilities_name_what_the_release_lacks() -> None:
     with pytest.raises(ReleaseLacks, match=r"no vllm\.config\.compilation\.CompilationConfig"
                                            r"\.resolve_cudagraph_mode_and_sizes"):
         late.late("cudagraph_resolution", "9.9.9", lambda module: bare_class)
+
+
+def test_f10_is_expected_only_where_an_idle_decode_is_padded() -> None:
+    """F10 (a re-sent cached prompt's padded decode breaks the scan forever) needs the padding of a
+    new one-token decode with nothing running (0.31+); 0.25 - 0.29 pad only behind a running
+    request, where the replay completes (measured on 0.28.0 and 0.29.0): not expected there."""
+    mods = _new_release()
+
+    class Scheduler(mods["vllm.v1.core.sched.scheduler"].Scheduler):  # type: ignore[name-defined,misc]
+        def schedule(self, scheduled_running_reqs=(), prefill_scheduled=False):
+            pad_spec_decode = False
+            if scheduled_running_reqs and not prefill_scheduled:
+                pad_spec_decode = True
+            return pad_spec_decode
+
+    caps = compat.detect("0.33.0", _new_release())
+    assert caps.spec_decode_padding and caps.spec_decode_padding_idle
+    rules = findings.CheckRules(**{f.name: False for f in dataclasses.fields(findings.CheckRules)})
+    assert findings.finding_expected("F10", caps, rules)
+    mods["vllm.v1.core.sched.scheduler"].Scheduler = Scheduler
+    old = compat.detect("0.29.0", mods)
+    assert old.spec_decode_padding and not old.spec_decode_padding_idle
+    assert not findings.finding_expected("F10", old, rules)

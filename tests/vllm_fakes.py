@@ -77,8 +77,10 @@ def new_release() -> Modules:
             self.kv_holding_waiting: list = []
             self._spec_decode_step_blocks = 0
 
-        def schedule(self):
+        def schedule(self, scheduled_running_reqs=(), num_computed_tokens=0):
             pad_spec_decode = False
+            if scheduled_running_reqs or num_computed_tokens > 0:
+                pad_spec_decode = True
             return pad_spec_decode
 
     class KVConnectorBase_V1:

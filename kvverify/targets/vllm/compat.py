@@ -54,7 +54,8 @@ capability                  releases that differ
 ``kv_supports_hma``         ``SupportsHMA`` (a connector next to the hybrid manager)
 ``kv_spec_step_blocks``     <= 0.30: the async-load gate reserves no speculative step
                             (``_spec_decode_step_blocks``, #57104)
-``spec_decode_padding``     the waiting scan pads a one-token decode (``pad_spec_decode``)
+``spec_decode_padding``     the waiting scan pads a one-token decode (``pad_spec_decode``;
+                            <= 0.22: none); <= 0.29 only behind a running request
 ==========================  =========================================================
 
 A knob a release does not have is dropped when it holds its neutral value (it then means
@@ -247,6 +248,16 @@ class _Release:
         found = isinstance(code, types.CodeType) and name in set(_code_names(code)) | set(code.co_varnames)
         return self._seen(f"{module}.{cls_name}.{method}:{name}", found)
 
+    def source_has(self, module: str, cls_name: str, method: str, label: str, pattern: str) -> bool:
+        """Whether ``module.Class.method``'s source, whitespace collapsed, matches ``pattern`` (a
+        condition no name in the code tells apart; recorded as ``module.Class.method~label``)."""
+        fn = self.member(module, cls_name, method)
+        try:
+            text = " ".join(inspect.getsource(fn).split()) if fn is not None else ""
+        except (OSError, TypeError):
+            text = ""
+        return self._seen(f"{module}.{cls_name}.{method}~{label}", re.search(pattern, text) is not None)
+
     def spec_classes(self) -> Iterator[tuple[str, type]]:
         """The interface module's spec classes (``*Spec`` / ``*Specs``)."""
         iface = self.modules.get(_IFACE)
@@ -312,6 +323,8 @@ class Compat:
     kv_spec_step_blocks: bool = False
     #: the waiting scan pads a new one-token decode to ``1 + num_speculative_tokens`` (``pad_spec_decode``)
     spec_decode_padding: bool = False
+    #: ... also with nothing running (``scheduled_running_reqs or num_computed_tokens > 0``, >= 0.31)
+    spec_decode_padding_idle: bool = False
     speculative_tokens_property: bool = False  # VllmConfig.num_speculative_tokens is a property
     #: parameter names of the callables whose keywords drifted
     params: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
@@ -491,6 +504,9 @@ def detect(version: str, modules: Mapping[str, ModuleType | None]) -> Compat:
         kv_spec_step_blocks=kv_connector and r.sets(_SCHED, "Scheduler", "_spec_decode_step_blocks"),
         speculative_tokens_property=r.has_property("vllm.config", "VllmConfig", "num_speculative_tokens"),
         spec_decode_padding=r.mentions(_SCHED, "Scheduler", "schedule", "pad_spec_decode"),
+        # 0.31: a new one-token decode is padded with nothing running too (a re-sent cached prompt)
+        spec_decode_padding_idle=r.source_has(_SCHED, "Scheduler", "schedule", "pad_when_idle",
+                                              r"scheduled_running_reqs or num_computed_tokens > 0"),
         params=sigs,
         open_params=open_,
         absent=frozenset(r.absent),

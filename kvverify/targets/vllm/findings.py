@@ -61,7 +61,8 @@ FINDING_CAPABILITY: dict[str, Callable[[Compat, CheckRules], bool] | None] = {
     # (replayed on every installed release: reproduces on 0.29.0 and later, as F3)
     "F9": _reserves_null_block,
     # the KV-transfer paths (issue 29)
-    "F10": lambda caps, rules: caps.spec_decode_padding,           # pad_spec_decode in the waiting scan
+    # pad_spec_decode in the waiting scan, also with nothing running (a re-sent cached prompt)
+    "F10": lambda caps, rules: caps.spec_decode_padding and caps.spec_decode_padding_idle,
     "F11": lambda caps, rules: caps.kv_spec_step_blocks,           # the constant speculative reservation
     "F12": lambda caps, rules: caps.kv_connector,                  # full-hit rewind to num_tokens - 1
     "F13": lambda caps, rules: caps.kv_connector,                  # Mamba align + external tokens

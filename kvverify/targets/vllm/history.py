@@ -76,7 +76,9 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                           "vllm.v1.core.sched.scheduler.Scheduler.kv_holding_waiting",
                           # the async-load gate's speculative step (#57104): a method in 0.31.0,
                           # an int computed per group from 0.32.0
-                          "vllm.v1.core.sched.scheduler.Scheduler._spec_decode_step_blocks"})),
+                          "vllm.v1.core.sched.scheduler.Scheduler._spec_decode_step_blocks",
+                          # a new one-token decode padded with nothing running too (F10's shape)
+                          f"{_SCHED}.schedule~pad_when_idle"})),
     ("0.32.0", frozenset({f"{_UTILS}.resolve_cache_hit_alignment_tokens"})),
     ("0.33.0", frozenset({
         "vllm.v1.core.kv_cache_config_builder", "vllm.v1.core.kv_cache_config_builder.get_kv_cache_config_builder",
