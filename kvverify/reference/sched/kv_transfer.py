@@ -54,6 +54,7 @@ class KVTransfer:
     max_model_len: int
     num_spec_tokens: int
     num_lookahead_tokens: int
+    num_spec_step_tokens: int
     _spec_decode_step_blocks: int
     block_size: int
 
@@ -170,8 +171,7 @@ class KVTransfer:
         if self._spec_unreserved():
             return 0
         if self._spec_not_per_group():
-            return cdiv(1 + self.num_spec_tokens + self.num_lookahead_tokens,
-                        self.block_size) if self.num_spec_tokens else 0
+            return cdiv(self.num_spec_step_tokens, self.block_size)
         return self._spec_decode_step_blocks
 
     def _request_remaining_blocks(self, request: Request) -> int:
@@ -181,8 +181,8 @@ class KVTransfer:
         full = min(request.num_tokens, self.max_model_len)
         num_tokens = full
         flat = self._spec_not_per_group()
-        if self.num_spec_tokens and not self._spec_unreserved() and not flat:
-            num_tokens += 1 + self.num_spec_tokens + self.num_lookahead_tokens
+        if not self._spec_unreserved() and not flat:
+            num_tokens += self.num_spec_step_tokens
         kvm = self.kv_cache_manager
         blocks: int = kvm.coordinator.get_num_blocks_to_allocate(
             request.request_id, num_tokens, kvm.empty_kv_cache_blocks.blocks, 0,

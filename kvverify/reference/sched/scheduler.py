@@ -162,7 +162,9 @@ class Scheduler(WaitingPass, KVTransfer):
         self.fences = BlockFreeFence(connector is not None and self.max_concurrent_batches > 1
                                      and connector.is_kv_consumer)
         # blocks of one speculative step per group (Mamba managers count their own state)
-        num_spec_step_tokens = 1 + self.num_spec_tokens + self.num_lookahead_tokens if self.num_spec_tokens else 0
+        #: the slots of one speculative step: the sampled token, the drafts, the lookahead (0: no drafter)
+        self.num_spec_step_tokens = 1 + self.num_spec_tokens + self.num_lookahead_tokens if self.num_spec_tokens else 0
+        num_spec_step_tokens = self.num_spec_step_tokens
         self._spec_decode_step_blocks = sum(
             cdiv(num_spec_step_tokens, m.block_size)
             for m in self.kv_cache_manager.coordinator.single_type_managers
