@@ -122,6 +122,16 @@ def test_scheduler_scope_is_its_kv_functions_and_lines() -> None:
         modules.select(["nope"])
 
 
+def test_a_module_is_named_by_its_name_or_the_file_a_contributor_touched() -> None:
+    pool = modules.MODULES["pool"]
+    for name in ("pool", "vllm/v1/core/block_pool.py", "block_pool.py", "./vllm/v1/core/block_pool.py",
+                 "/src/vllm/vllm/v1/core/block_pool.py"):
+        assert modules.select([name]) == [pool], name
+    assert modules.select(["sched/scheduler.py", "scheduler"]) == [modules.MODULES["scheduler"]]
+    with pytest.raises(ConfigError, match=r"known: planner \(vllm/v1/core/kv_cache_utils.py\)"):
+        modules.select(["vllm/v1/core/sched/output.py"])
+
+
 def test_mutant_overlay_replaces_one_file_and_leaves_the_install_alone(fake: dict[str, Path]) -> None:
     text = POOL.replace("- 1\n", "+ 1\n")
     ov = overlay.build_mutant("vllm/v1/core/block_pool.py", text, source=fake["source"], cache=fake["cache"])

@@ -27,7 +27,8 @@ def add_mutate_parser(sub: Any) -> None:
                        description=__import__("kvverify.mutate", fromlist=["x"]).__doc__)
     m.add_argument("--target", required=True, help="the engine: vllm")
     m.add_argument("--module", action="append", default=[], metavar="NAME",
-                   help=f"engine module (repeatable; default all): {', '.join(modules.MODULES)}")
+                   help="engine module by name or file (repeatable; default all): "
+                        + ", ".join(f"{m.name} ({m.path})" for m in modules.MODULES.values()))
     m.add_argument("--sample", type=int_arg("sample", 1), default=None, metavar="N",
                    help="a seeded sample of N mutants per module (default: every mutant)")
     m.add_argument("--seed", type=int_arg("seed", 0), default=0, help="the sample's seed (default 0)")

@@ -60,16 +60,30 @@ MODULES: dict[str, EngineModule] = {m.name: m for m in (
 )}
 
 
+def _by_path(name: str) -> EngineModule | None:
+    """The module whose file ``name`` is: ``vllm/v1/core/block_pool.py`` or any path ending in it
+    (``site-packages/vllm/v1/core/block_pool.py``, ``./vllm/v1/core/block_pool.py``), or its bare
+    file name (``block_pool.py``, ``sched/scheduler.py``) — how a contributor names the file touched."""
+    norm = name.replace("\\", "/").lstrip("./")
+    for m in MODULES.values():
+        if norm == m.path or norm.endswith("/" + m.path) or m.path.endswith("/" + norm):
+            return m
+    return None
+
+
 def select(names: list[str] | tuple[str, ...]) -> list[EngineModule]:
-    """The modules asked for (all when ``names`` is empty); an unknown name is a ConfigError."""
+    """The modules asked for (all when ``names`` is empty), each by its name (``pool``) or its
+    file (``vllm/v1/core/block_pool.py``); an unknown one is a ConfigError listing both."""
     if not names:
         return list(MODULES.values())
     out: list[EngineModule] = []
     for n in names:
-        if n not in MODULES:
-            raise ConfigError("module", n, f"unknown engine module; known: {', '.join(MODULES)}")
-        if MODULES[n] not in out:
-            out.append(MODULES[n])
+        module = MODULES.get(n) or _by_path(n)
+        if module is None:
+            known = ", ".join(f"{m.name} ({m.path})" for m in MODULES.values())
+            raise ConfigError("module", n, f"unknown engine module; known: {known}")
+        if module not in out:
+            out.append(module)
     return out
 
 
