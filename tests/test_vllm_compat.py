@@ -299,6 +299,9 @@ def test_findings_follow_capabilities() -> None:
     # bound ignores lookahead as the caps do); F1 (concurrency) everywhere
     assert not findings.finding_expected("F2", old, loose) and findings.finding_expected("F4", old, loose)
     assert findings.finding_expected("F2", on_alloc, loose) and findings.finding_expected("F4", on_alloc, loose)
+    # no cap and no gate at all (<= 0.18): the startup bound's missing block is F2's livelock
+    ungated = dataclasses.replace(old, admission_gate="none")
+    assert findings.finding_expected("F2", ungated, loose)
     assert findings.finding_expected("F1", old, loose)
     # a check that counts the null block as usable: no F3, no F6-estimate, F6-check stays
     assert not findings.finding_expected("F3", new, loose)

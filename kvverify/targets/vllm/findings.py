@@ -25,8 +25,13 @@ class CheckRules:
     reserves_null_block: bool  # the check keeps the null block out of the usable memory
 
 
-def _has_admission_caps(caps: Compat, rules: CheckRules) -> bool:
-    return caps.admission_caps != "none"
+def _chunked_local_cap_short(caps: Compat, rules: CheckRules) -> bool:
+    """F2's missing block shows as its preemption livelock where the chunked-local admission cap
+    is applied (>= 0.20) and where nothing gates admission at all (<= 0.18: no cap, no
+    full-sequence gate, the startup bound is one block short and the admitted request livelocks);
+    0.19.1's ``can_fit_full_sequence`` gate charges the full ``cdiv(n, B)`` and refuses the request
+    instead (a refusal, not F2's livelock)."""
+    return caps.admission_caps != "none" or caps.admission_gate == "none"
 
 
 def _reserves_null_block(caps: Compat, rules: CheckRules) -> bool:
@@ -48,7 +53,7 @@ def _has_non_causal_specs(caps: Compat, rules: CheckRules) -> bool:
 #: xfail does not apply (its property must pass) and its repro must *not* reproduce.
 FINDING_CAPABILITY: dict[str, Callable[[Compat, CheckRules], bool] | None] = {
     "F1": None,                      # concurrency = num_blocks / blocks per request, null block counted
-    "F2": _has_admission_caps,       # the chunked-local admission cap (no cap, no short cap)
+    "F2": _chunked_local_cap_short,  # the chunked-local cap / bound one block short (0.19.1: gated)
     "F3": _reserves_null_block,      # the check reserves a block for the never-computed token...
     # SWA / chunked caps ignore lookahead; so does the SWA / chunked startup bound of a release
     # without caps (0.19.1: its replay livelocks the same way), hence every release
