@@ -308,6 +308,11 @@ def test_findings_follow_capabilities() -> None:
     assert not findings.finding_expected("F6-estimate", new, loose)
     assert findings.finding_expected("F6-check", new, loose) and findings.finding_expected("F6", new, loose)
     assert findings.finding_expected("F99", old, loose)  # unknown findings stay strict
+    # a check that sizes every group by the first (<= 0.18, before #36030) is as lax as the public
+    # check: no F6-check there; F6-estimate follows the null block alone
+    first_only = findings.CheckRules(override_counted=False, reserves_null_block=True, counts_every_group=False)
+    assert not findings.finding_expected("F6-check", new, first_only)
+    assert findings.finding_expected("F6-estimate", new, first_only) and findings.finding_expected("F6", new, first_only)
 
 
 def test_cap_findings_masked_where_the_cap_clamps_the_allocation() -> None:

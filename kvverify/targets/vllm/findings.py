@@ -23,6 +23,7 @@ class CheckRules:
 
     override_counted: bool   # num_gpu_blocks_override replaces the profiled memory in the check
     reserves_null_block: bool  # the check keeps the null block out of the usable memory
+    counts_every_group: bool = True  # the check sums every group's blocks (#36030, from 0.19)
 
 
 def _chunked_local_cap_short(caps: Compat, rules: CheckRules) -> bool:
@@ -60,7 +61,9 @@ FINDING_CAPABILITY: dict[str, Callable[[Compat, CheckRules], bool] | None] = {
     "F4": None,
     "F5": None,                      # the SWA per-request blocks' unreachable +1 (max_memory_usage)
     "F6-estimate": _reserves_null_block,  # estimate (no null block) vs check (null block reserved)
-    "F6-check": None,                # the public check ignores group padding
+    # the public check ignores group padding; where the planner's own check sizes every group by
+    # the first (<= 0.18, before #36030) it is as lax as the public one and the two agree
+    "F6-check": lambda caps, rules: rules.counts_every_group,
     "F7": None,                      # chunked-local hybrid with unequal pages asserts after startup
     # Mamba align's 2 + S: its replay's pool (N = 2) starts where the check reserves no null block
     # (replayed on every installed release: reproduces on 0.29.0 and later, as F3)

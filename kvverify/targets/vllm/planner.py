@@ -140,19 +140,46 @@ def _probe_starts(target: VllmTarget, memory_pages: int, override: int | None) -
     return True
 
 
+def _probe_two_groups_start(target: VllmTarget) -> bool:
+    """Does the release's own ``get_kv_cache_configs`` start a full + sliding-window model
+    (B=2, L=8, window 4: 4 + 5 blocks a request, one layer per group, equal pages) on 5 pages?
+    A check that sizes the groups by the first one (``_max_memory_usage_bytes_from_groups``'s
+    ``any_spec = kv_cache_groups[0]``, before #36030: 4 blocks) accepts, null block reserved or
+    not; one that counts every group (9 blocks) refuses."""
+    up = target.up
+    full = kv.FullAttentionSpec(block_size=2, num_kv_heads=1, head_size=8, dtype="float32")
+    window = kv.SlidingWindowSpec(block_size=2, num_kv_heads=1, head_size=8, dtype="float32", sliding_window=4)
+    tr = Translator(up)
+    specs = [{"probe.0": tr.spec(full), "probe.1": tr.spec(window)}]
+    page = full.page_size_bytes
+    config = VllmConfig(block_size=2, max_model_len=8, kv_cache_memory_bytes=5 * page,
+                        enable_prefix_caching=False)
+    vc = upstream_config(config)
+    resolve_layout(target, vc, specs)
+    groups = _global_groups(up, vc, specs)
+    try:
+        _configs(up, vc, specs, [5 * page], groups)
+    except ValueError:
+        return False
+    return True
+
+
 def memory_rules(target: VllmTarget) -> CheckRules:
-    """``(override_counted, reserves_null_block)`` of the release's startup check, probed once
-    on its own planner: does ``num_gpu_blocks_override`` replace the profiled memory in the
-    check (from 0.2x), and does the check keep the null block out of the usable memory
-    (from 0.3x; before, a pool of exactly one request's blocks starts with one block short)?
-    The plan's ``available_memory`` / ``check_memory`` report what the check saw."""
+    """``(override_counted, reserves_null_block, counts_every_group)`` of the release's startup
+    check, probed once on its own planner: does ``num_gpu_blocks_override`` replace the profiled
+    memory in the check (from 0.2x), does the check keep the null block out of the usable memory
+    (from 0.3x; before, a pool of exactly one request's blocks starts with one block short), and
+    does it count every KV cache group's blocks (from 0.19, #36030; before, every group is sized
+    by the first: zoo flaw ``autofit_first_group_only``)? The plan's ``available_memory`` /
+    ``check_memory`` report what the check saw."""
     up = target.up
     rules = up.memory_rules
     if rules is None:
         with LOCK, preserved_environ():
             counted = _probe_starts(target, 1, 4)         # 1 page profiled, 4 blocks by override
             reserves = not _probe_starts(target, 2, None)  # exactly 2 pages for 2 blocks
-        rules = up.memory_rules = CheckRules(counted, reserves)
+            every_group = not _probe_two_groups_start(target)
+        rules = up.memory_rules = CheckRules(counted, reserves, every_group)
     return rules
 
 
