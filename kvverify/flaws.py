@@ -207,6 +207,22 @@ CATALOG: dict[str, Flaw] = {f.name: f for f in (
          budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
          regression="kvverify.zoo_cases.skipped_queue_not_split_by_blocks",
          no_lemma=_NO_LEMMA_SCHED),
+    Flaw(name="priority_strands_parked_loads",
+         upstream="#45406 / #57841 (\"FCFS only\"); <= 0.29 _select_waiting_queue_for_scheduling, "
+                  "0.31.0 drains kv_holding_waiting first whatever the policy",
+         symptom="priority scheduling + a KV connector: a landed load is never promoted behind a "
+                 "higher-priority request that does not fit; running=0, free blocks present, 0 tok/s",
+         defect="under the priority policy the waiting scan tries the head of waiting before the skipped "
+                "queue's when it has the better priority: a block-less request whose allocation fails "
+                "stops the scan ahead of the parked loads holding the blocks it needs",
+         switched_in="kvverify/reference/sched/waiting.py",
+         caught_by="kvverify.props.connector.test_connector_workload_completes",
+         budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
+         regression="kvverify.zoo_cases.priority_strands_parked_loads",
+         no_lemma=_NO_LEMMA_SCHED,
+         not_in_recorded="none of the 55 recorded connector workloads under priority scheduling parks a load "
+                         "behind a better-priority waiting request that does not fit: the flaw changes no "
+                         "recorded output"),
     Flaw(name="spec_blocks_unreserved_after_load",
          upstream="#57104",
          symptom="KV connector + MTP under KV pressure: a landed load cannot get the block for its "

@@ -191,6 +191,20 @@ def skipped_queue_not_split_by_blocks() -> list[Violation]:
     return _connector(config, {"l0": full()}, [_prompt("big", 1000, 49), _prompt("load", 0, 33)], script)
 
 
+def priority_strands_parked_loads() -> list[Violation]:
+    # B = 16, 5 blocks (4 usable), L = 64, priority scheduling. "load" (33 tokens, priority 1) gets
+    # 32 tokens by an async load (2 blocks, parked); "big" (49 tokens: 4 blocks, priority 0) arrives
+    # a step later. Block holders first: the landed load is promoted (1 more block), finishes, and
+    # "big" fits. Heads compared by priority (<= 0.29): "big" goes first every step, cannot get 4 of
+    # the 2 free blocks, the scan stops there, the load is never promoted: no_progress
+    config = VllmConfig(block_size=16, max_model_len=64, max_num_batched_tokens=2048, num_gpu_blocks_override=5,
+                        kv_connector=True, enable_prefix_caching=False, scheduling_policy="priority")
+    script = ConnectorScript.of({"load": RequestScript(hit_tokens=32, load_steps=1)})
+    workload = [WorkloadSpec("load", tuple(range(33)), 1, 0, priority=1),
+                WorkloadSpec("big", tuple(range(1000, 1049)), 1, 1, priority=0)]
+    return _connector(config, {"l0": full()}, workload, script)
+
+
 def spec_blocks_unreserved_after_load() -> list[Violation]:
     # B = 16, 5 blocks (4 usable), L = 48, one speculative token with its own KV (lookahead 1):
     # two 32-token prompts, each loaded asynchronously (31 tokens, 2 blocks). Promoted, a load

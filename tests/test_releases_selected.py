@@ -106,3 +106,23 @@ def test_readme_table_counts_a_sections_failures() -> None:
     assert "0.29.0 (1 failure; replays: 1/1 exit 1 on their release, fixed between 0.29.0 and 0.31.0)" in row
     assert "the `connector` section ([docs/releases-connector.md](docs/releases-connector.md)): 0.29.0" in table
     assert "not found in the releases run" in zoo_real_release_section(matrix).split("deferred_free_preemption_cascade")[1]
+
+
+def test_reattribute_replays_the_stored_runs_without_running_the_suite(tmp_path: Path, monkeypatch) -> None:
+    """``--reattribute``: each chosen release's stored run is attributed and replayed again on the
+    venvs discovered now (a release run while later ones were being installed gets its forward
+    replays on them); the suite is not run, and the page is published from the stored results."""
+    from kvverify.releases import runs
+    from kvverify.releases.venvs import ReleaseVenv
+
+    found = [ReleaseVenv("0.25.0", tmp_path / "vllm-0.25.0"), ReleaseVenv("0.29.0", tmp_path / "vllm-0.29.0")]
+    monkeypatch.setattr(selected.venvs_mod, "discover", lambda sources: found)
+    calls: list[tuple[str, str, list[str]]] = []
+    monkeypatch.setattr(runs, "reattribute", lambda rv, root, store, *, replay_check, venvs:
+                        calls.append(("reattribute", rv.version, [v.version for v in venvs])))
+    monkeypatch.setattr(runs, "run_release", lambda rv, *a, **k: calls.append(("run", rv.version, [])))
+    monkeypatch.setattr(selected, "load_results", lambda store: [_one("0.25.0", "failed", "async_load_unreserved")])
+    doc = tmp_path / "page.md"
+    rc = selected.main(["connector", "--release", "0.25.0", "--reattribute", "--output", str(doc)])
+    assert calls == [("reattribute", "0.25.0", ["0.25.0", "0.29.0"])]
+    assert rc == 1 and "async_load_unreserved" in doc.read_text()

@@ -13,6 +13,11 @@ stay (:func:`.legacy.with_published`): run one more release and the others are k
 
     python -m kvverify.releases.selected connector [--release X.Y.Z ...] [--venvs DIR ...]
     python -m kvverify.releases.selected connector --render-only
+    python -m kvverify.releases.selected connector --release X.Y.Z --reattribute
+
+``--reattribute``: the stored runs attributed and replayed again without re-running the suite
+(:func:`~.runs.reattribute`), on the venvs installed now — a release run while later releases
+were still being installed gets its forward replays on them.
 
 ``connector``: the KV-transfer properties of issue 29 (async loads, the skipped-waiting queues,
 request slots, fenced frees, speculative blocks after a load) and findings F10-F13. A release
@@ -117,6 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-passes", type=int, default=2)
     ap.add_argument("--no-replay-check", action="store_true")
     ap.add_argument("--render-only", action="store_true")
+    ap.add_argument("--reattribute", action="store_true",
+                    help="attribute the stored runs again and replay their reports on the venvs installed now, "
+                         "without re-running the suite")
     args = ap.parse_args(argv)
     root = Path(__file__).resolve().parents[2]
     for v in args.release:
@@ -132,6 +140,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{', '.join(rv.version for rv in found) or 'none'})", file=sys.stderr)
             return 2
         for rv in chosen:
+            if args.reattribute:
+                runs.reattribute(rv, root, store, replay_check=not args.no_replay_check, venvs=found)
+                continue
             runs.run_release(rv, root, store, workers=args.workers, profile=args.profile, timeout=args.timeout,
                              max_passes=args.max_passes, replay_check=not args.no_replay_check, venvs=found,
                              select=SECTIONS[args.section])

@@ -2,10 +2,11 @@
 
 Runs only if nobody was preempted this step. Each round peeks the head of
 ``kv_holding_waiting`` (requests holding KV blocks: landed or in-flight loads, always drained
-first) or, once that is empty, of ``waiting``; stops at ``max_num_seqs`` running or an empty
-token budget. A request the scan cannot schedule *now* is **skipped**: popped into the step's
-skip list (``deferred_waiting`` remembers it), the scan goes on behind it, and the skipped
-requests return to the front of their queue at the end of the pass (``skip_request``):
+first, whatever the policy: :meth:`WaitingPass._queue_to_scan`) or, once that is empty, of
+``waiting``; stops at ``max_num_seqs`` running or an empty token budget. A request the scan
+cannot schedule *now* is **skipped**: popped into the step's skip list (``deferred_waiting``
+remembers it), the scan goes on behind it, and the skipped requests return to the front of
+their queue at the end of the pass (``skip_request``):
 
 * a parked load that has not landed, or one that lands and is promoted (then it is scheduled
   in the same round, 0 external tokens);
@@ -41,6 +42,20 @@ if TYPE_CHECKING:
 class WaitingPass:
     """Mixed into :class:`~kvverify.reference.sched.scheduler.Scheduler`."""
 
+    def _queue_to_scan(self: Any) -> deque[Request]:
+        """The queue whose head the scan tries next: ``kv_holding_waiting`` while it holds a
+        request, whatever the policy (0.31 and later: block holders are always drained first).
+
+        Flaw ``priority_strands_parked_loads`` (<= 0.29 ``_select_waiting_queue_for_scheduling``,
+        #45406, #57841's "FCFS only"): under ``priority`` the head of ``waiting`` goes first when
+        it orders before the head of the skipped queue, so a block-less request of higher
+        priority whose allocation fails stops the scan ahead of the parked loads, every step."""
+        held, fresh = self.kv_holding_waiting, self.waiting
+        if held and fresh and self.policy == "priority" and flaws.is_on("priority_strands_parked_loads"):
+            key = self._queue_key()
+            return fresh if key(fresh[0]) < key(held[0]) else held
+        return held or fresh
+
     def _schedule_waiting(self: Any, out: SchedulerOutput, token_budget: int,
                           prefill_scheduled: bool) -> int:
         """Admit waiting requests into ``running`` (or as async loads); returns the budget left."""
@@ -61,7 +76,7 @@ class WaitingPass:
                 step_skipped_waiting.appendleft(request)
 
         while token_budget > 0:
-            queue = self.kv_holding_waiting or self.waiting
+            queue = self._queue_to_scan()
             if not queue:
                 break
             num_running = len(self.running)
