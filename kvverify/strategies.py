@@ -234,7 +234,7 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
                   kinds: Sequence[str] = ATTENTION_KINDS, allow_mamba: bool = True,
                   allow_auto: bool = True, max_len: int = 1024, workers: bool = True,
                   lookahead: bool = False, prefix_caching: bool | None = None,
-                  hybrid: bool = False) -> StartupCase:
+                  hybrid: bool = False, starting: bool = False, max_blocks: int | None = None) -> StartupCase:
     """A deployment whose block count lands at the startup boundary more often than not.
 
     Draws block size, max_model_len, token budget, a spec mix, a block source
@@ -244,12 +244,17 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
     ``workers`` (sometimes two workers with different memory), ``lookahead`` (draw
     ``num_lookahead_tokens`` in 1..8, as speculative decoding reserves, and
     ``num_prefill_lookahead_tokens`` below both it and the budget), ``prefix_caching``
-    (``None``: drawn; ``True`` / ``False``: fixed), ``hybrid`` (two or more layer kinds).
+    (``None``: drawn; ``True`` / ``False``: fixed), ``hybrid`` (two or more layer kinds),
+    ``starting`` (``delta >= 0`` only: the tightest pools that start, for properties that
+    ``assume`` a started deployment and would otherwise reject the ``delta < 0`` draws),
+    ``max_blocks`` (``max_model_len`` at most this many blocks of the drawn block size: pools
+    of a few blocks).
     Also drawn, each shrinking to upstream's default: ``disable_hybrid_kv_cache_manager`` (where it changes the plan), the scheduling
     policy, ``max_num_seqs`` and ``watermark``.
     """
     block_size = draw(_BLOCK_SIZES)
-    max_model_len = draw(lengths(block_size, low=2, high=max_len))
+    high = max_len if max_blocks is None else max(2, min(max_len, max_blocks * block_size))
+    max_model_len = draw(lengths(block_size, low=2, high=high))
     prefix_caching = draw(st.booleans()) if prefix_caching is None else prefix_caching
     # MambaModelConfig.verify_and_update_config: prefix caching <=> align mode.
     mamba_mode = "align" if prefix_caching else "none"
@@ -274,7 +279,7 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
         groups = []
     needed = blocks_per_request(groups, base) if groups else 1
     bpb = max(1, bytes_per_block(groups))
-    target = draw(boundary_int(needed + 1, low=1, high=3 * needed + 8))
+    target = draw(boundary_int(needed + 1, low=needed + 1 if starting else 1, high=3 * needed + 8))
     source = draw(_sampled(tuple(sources)))
     extra = draw(_extra_bytes(bpb))
     memory = target * bpb + extra
