@@ -243,6 +243,23 @@ def test_outcomes_tell_assertions_from_crashes_and_skips(tmp_path: Path) -> None
     assert outcomes.parse_junit(tmp_path / "missing.xml") == {}
 
 
+def test_an_assert_inside_the_engine_is_a_crash_not_a_verdict(tmp_path: Path) -> None:
+    """An upstream ``assert`` failing under a mutant is the engine crashing (kind c); an assertion
+    raised by the test's own code (a property's verdict) stays an assertion (kind a)."""
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("")
+    (tmp_path / "vllm" / "eng.py").write_text("def step():\n    assert 1 == 2\n")
+    got = _junit(tmp_path, "from vllm.eng import step\n"
+                           "def test_engine(): step()\n"
+                           "def test_verdict():\n    raise AssertionError('[release.pool_not_whole] free=1')\n")
+    status = {k.split("::")[1]: v.status for k, v in got.items()}
+    assert status == {"test_engine": "crash", "test_verdict": "assertion"}
+    assert outcomes.raised_in_engine("kvverify/targets/vllm/scheduler.py:159: in step\n"
+                                     "/x/ovc/mutant-1/vllm/v1/core/kv_cache_manager.py:782: AssertionError")
+    assert not outcomes.raised_in_engine("/x/vllm/v1/core/kv_cache_manager.py:782: in f\n"
+                                         "kvverify/invariants/base.py:40: AssertionError")
+
+
 def test_a_looping_run_hits_its_cpu_limit_and_leaves_no_process(tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
     suite_dir = tmp_path / "loop"
