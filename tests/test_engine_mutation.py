@@ -183,6 +183,18 @@ def test_a_listed_equivalent_counts_apart_and_goes_stale_with_its_code(tmp_path:
     listed.write_text("not a line\n")
     with pytest.raises(KVVerifyError, match="NAME DIGEST"):
         report.load_equivalents(listed)
+    # out of scope: listed apart with its reason, not an unexplained survivor, still not killed
+    listed.write_text(f"{m.name} {report.digest(m)} [scope] metrics only\n")
+    data = report.summarize([survived], {"pool": 1}, {}, report.load_equivalents(listed))
+    row = data["modules"]["pool"]
+    assert (row["out_of_scope"], row["survived"], row["equivalent"]) == (1, 0, 0)
+    assert data["mutants"][0]["equivalent_reason"] == "metrics only"
+    md = report.render_markdown(data, command="kvverify mutate", bases=[])
+    assert "## Out of the guarantees' scope (1" in md and "metrics only" in md and "## Survivors (0)" in md
+    assert "| 0 % (0-79) |" in md  # the kill rate still counts it: 0 of 1
+    listed.write_text(f"{m.name} {'0' * 12} [scope] stale\n")
+    data = report.summarize([survived], {"pool": 1}, {}, report.load_equivalents(listed))
+    assert data["modules"]["pool"]["survived"] == 1 and data["modules"]["pool"]["stale_equivalent"] == 1
 
 
 def test_kill_kind_order_property_then_differential_then_crash_then_timeout() -> None:
