@@ -9,6 +9,7 @@ the plain branch — or back to the boundary, which is usually the minimal examp
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
@@ -234,7 +235,8 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
                   kinds: Sequence[str] = ATTENTION_KINDS, allow_mamba: bool = True,
                   allow_auto: bool = True, max_len: int = 1024, workers: bool = True,
                   lookahead: bool = False, prefix_caching: bool | None = None,
-                  hybrid: bool = False, starting: bool = False, max_blocks: int | None = None) -> StartupCase:
+                  hybrid: bool = False, starting: bool = False, max_blocks: int | None = None,
+                  prefix_match_unit: bool = False) -> StartupCase:
     """A deployment whose block count lands at the startup boundary more often than not.
 
     Draws block size, max_model_len, token budget, a spec mix, a block source
@@ -249,6 +251,10 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
     ``assume`` a started deployment and would otherwise reject the ``delta < 0`` draws),
     ``max_blocks`` (``max_model_len`` at most this many blocks of the drawn block size: pools
     of a few blocks).
+    ``prefix_match_unit`` (with prefix caching and two or more groups, hash finer than the
+    block: upstream's ``cache_config.prefix_match_unit``, a divisor below the gcd of the
+    prefix-cacheable groups' block sizes; next to a Mamba ``align`` layer this turns on
+    fine-grained partial hits, the partial-tail-block cache and its copy-on-write).
     Also drawn, each shrinking to upstream's default: ``disable_hybrid_kv_cache_manager`` (where it changes the plan), the scheduling
     policy, ``max_num_seqs`` and ``watermark``.
     """
@@ -278,6 +284,8 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
     except KVVerifyError:
         groups = []
     needed = blocks_per_request(groups, base) if groups else 1
+    unit = draw(_finer_units(tuple(g.kv_cache_spec.block_size for g in groups if g.kv_cache_spec.prefix_cacheable))) \
+        if prefix_match_unit and prefix_caching and len(groups) > 1 else None
     bpb = max(1, bytes_per_block(groups))
     target = draw(boundary_int(needed + 1, low=needed + 1 if starting else 1, high=3 * needed + 8))
     source = draw(_sampled(tuple(sources)))
@@ -288,7 +296,7 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
                     disable_hybrid_kv_cache_manager=disable_hybrid,
                     num_lookahead_tokens=draw(st.integers(1, 8)) if lookahead else 0,
                     # upstream's default 0 (sparse SWA / Mamba retention) first, else dense
-                    prefix_cache_retention_interval=draw(_RETENTION))
+                    prefix_cache_retention_interval=draw(_RETENTION), prefix_match_unit=unit)
     if auto:
         kw.update(max_model_len=-1, max_position_embeddings=max_model_len)
     else:
@@ -321,6 +329,27 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
     return StartupCase(VllmConfig(**kw), worker_specs, source, available, target, needed)
 
 
+@functools.cache
+def fine_hash_cases() -> st.SearchStrategy[StartupCase]:
+    """The layouts upstream's fine-grained prefix caching exists for: a Mamba ``align`` layer next
+    to attention, prefix caching on, hashed finer than the block (a ``prefix_match_unit`` is
+    drawn): fine-grained partial hits, the partial-tail-block cache and its copy-on-write
+    (``SingleTypeKVCacheManager._apply_cow``, ``KVCacheManager.take_kv_cache_block_copies``)."""
+    return startup_cases(allow_auto=False, max_len=256, prefix_caching=True, hybrid=True,
+                         prefix_match_unit=True).filter(
+        lambda c: c.vllm_config.prefix_match_unit is not None and "mamba" in c.layer_kinds)
+
+
+@_memoized
+def _finer_units(sizes: tuple[int, ...]) -> st.SearchStrategy[int | None]:
+    """A ``prefix_match_unit`` below the gcd of ``sizes`` that divides it (1 first: every token
+    hashed); ``None`` (unset) where there is none (a gcd of 1, no prefix-cacheable group).
+    ``resolve_kv_cache_block_sizes`` accepts exactly the divisors of every such size."""
+    g = math.gcd(*sizes) if sizes else 1
+    divisors = tuple(d for d in range(1, g) if g % d == 0)
+    return _sampled(divisors) if divisors else st.none()
+
+
 @_memoized
 def _budgets(block_size: int) -> st.SearchStrategy[int]:
     """Token budgets: common values, block multiples +-1, or at most one block (chunks that
@@ -349,11 +378,14 @@ def override_memory(memory: int, bpb: int) -> st.SearchStrategy[int]:
 @_memoized
 @st.composite
 def workloads(draw, max_model_len: int, *, max_requests: int = 4, max_outputs: int = 64,
-              shared_prefix: bool = True) -> list[WorkloadSpec]:
+              shared_prefix: bool = True, turns: bool = False) -> list[WorkloadSpec]:
     """Arrival lists of (prompt, max_tokens), ``prompt + max_tokens <= max_model_len``.
 
     Prompts may share a prefix (prefix-cache hits); arrival steps are small so
-    requests overlap. Knobs: ``max_requests``, ``max_outputs``, ``shared_prefix``.
+    requests overlap. Knobs: ``max_requests``, ``max_outputs``, ``shared_prefix``,
+    ``turns`` (a request may start with an earlier request's whole prompt, as a
+    conversation's next turn or a resend does: hits that end where that prompt ended,
+    inside a block as often as not).
     """
     n = draw(st.integers(1, max_requests))
     prefix_len = draw(st.integers(0, max_model_len - 1)) if shared_prefix and draw(st.booleans()) else 0
@@ -364,6 +396,9 @@ def workloads(draw, max_model_len: int, *, max_requests: int = 4, max_outputs: i
         prompt_len = total - outputs
         common = min(prefix_len, prompt_len)
         prompt = tuple(range(common)) + tuple(10_000 * (i + 1) + j for j in range(prompt_len - common))
+        if turns and out and draw(st.booleans()):
+            earlier = out[draw(st.integers(0, len(out) - 1))].prompt_token_ids
+            prompt = earlier[:prompt_len] + prompt[len(earlier):]
         arrival = draw(st.integers(0, 8))
         priority = draw(st.integers(0, 2))  # read by the priority policy only
         out.append(WorkloadSpec(f"r{i}", prompt, outputs, arrival, priority=priority))

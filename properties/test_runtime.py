@@ -10,6 +10,7 @@ from kvverify.props.pool_machine import TestPoolMachine  # noqa: F401
 from kvverify.props.runtime import (  # noqa: F401
     check_caps_on_workload,
     test_held_blocks_within_admission_caps,
+    test_fine_grained_prefix_hits_predictor_equals_allocator,
     test_predictor_equals_allocator,
 )
 from kvverify.props.runtime import test_chunked_local_held_blocks_within_admission_caps as _chunked

@@ -39,6 +39,7 @@ SCHEDULER_PROPERTIES = (
     admission.test_request_within_startup_bound_is_admitted,
     admission.test_admitted_workload_completes,
     runtime.test_predictor_equals_allocator,
+    runtime.test_fine_grained_prefix_hits_predictor_equals_allocator,
     runtime.test_held_blocks_within_admission_caps,
     validation.test_bad_input_is_a_clear_error,
     encoder_decoder.test_encoder_decoder_workload_completes,
@@ -50,6 +51,7 @@ SCHEDULER_PROPERTIES = (
     connector.test_connector_predictor_equals_allocator,
     connector.test_no_zero_progress_preemption,
     release.test_finished_requests_return_their_blocks,
+    release.test_fine_grained_prefix_hits_return_their_blocks,
     release.test_connector_finished_requests_return_their_blocks,
     release.test_aborts_behind_batches_in_flight_return_their_blocks,
 )

@@ -193,6 +193,18 @@ def test_a_listed_equivalent_counts_apart_and_goes_stale_with_its_code(tmp_path:
     listed.write_text("not a line\n")
     with pytest.raises(KVVerifyError, match="NAME DIGEST"):
         report.load_equivalents(listed)
+    # out of scope: listed apart with its reason, not an unexplained survivor, still not killed
+    listed.write_text(f"{m.name} {report.digest(m)} [scope] metrics only\n")
+    data = report.summarize([survived], {"pool": 1}, {}, report.load_equivalents(listed))
+    row = data["modules"]["pool"]
+    assert (row["out_of_scope"], row["survived"], row["equivalent"]) == (1, 0, 0)
+    assert data["mutants"][0]["equivalent_reason"] == "metrics only"
+    md = report.render_markdown(data, command="kvverify mutate", bases=[])
+    assert "## Out of the guarantees' scope (1" in md and "metrics only" in md and "## Survivors (0)" in md
+    assert "| 0 % (0-79) |" in md  # the kill rate still counts it: 0 of 1
+    listed.write_text(f"{m.name} {'0' * 12} [scope] stale\n")
+    data = report.summarize([survived], {"pool": 1}, {}, report.load_equivalents(listed))
+    assert data["modules"]["pool"]["survived"] == 1 and data["modules"]["pool"]["stale_equivalent"] == 1
 
 
 def test_kill_kind_order_property_then_differential_then_crash_then_timeout() -> None:
@@ -251,6 +263,23 @@ def test_outcomes_tell_assertions_from_crashes_and_skips(tmp_path: Path) -> None
     assert outcomes.compare(base, {"x.py": O("crash", "ImportError")}, timed_out=False,
                             stopped_early=True).kind == "crash"  # a collection error
     assert outcomes.parse_junit(tmp_path / "missing.xml") == {}
+
+
+def test_an_assert_inside_the_engine_is_a_crash_not_a_verdict(tmp_path: Path) -> None:
+    """An upstream ``assert`` failing under a mutant is the engine crashing (kind c); an assertion
+    raised by the test's own code (a property's verdict) stays an assertion (kind a)."""
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("")
+    (tmp_path / "vllm" / "eng.py").write_text("def step():\n    assert 1 == 2\n")
+    got = _junit(tmp_path, "from vllm.eng import step\n"
+                           "def test_engine(): step()\n"
+                           "def test_verdict():\n    raise AssertionError('[release.pool_not_whole] free=1')\n")
+    status = {k.split("::")[1]: v.status for k, v in got.items()}
+    assert status == {"test_engine": "crash", "test_verdict": "assertion"}
+    assert outcomes.raised_in_engine("kvverify/targets/vllm/scheduler.py:159: in step\n"
+                                     "/x/ovc/mutant-1/vllm/v1/core/kv_cache_manager.py:782: AssertionError")
+    assert not outcomes.raised_in_engine("/x/vllm/v1/core/kv_cache_manager.py:782: in f\n"
+                                         "kvverify/invariants/base.py:40: AssertionError")
 
 
 def test_a_looping_run_hits_its_cpu_limit_and_leaves_no_process(tmp_path: Path) -> None:

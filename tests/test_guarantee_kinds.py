@@ -69,7 +69,8 @@ DIRECTIONS: dict[str, Direction] = {
          encoder_decoder.test_encoder_decoder_startup_passes_implies_servable),
         {"encoder_only": _NO_KV_CACHE}),
     "every admitted step pulls exactly the predicted blocks (predictor == allocator)": Direction(
-        (runtime.test_predictor_equals_allocator, encoder_decoder.test_encoder_decoder_predictor_equals_allocator),
+        (runtime.test_predictor_equals_allocator, runtime.test_fine_grained_prefix_hits_predictor_equals_allocator,
+         encoder_decoder.test_encoder_decoder_predictor_equals_allocator),
         {"encoder_only": _NO_KV_CACHE}),
     "a request holds at most its admission cap after every step": Direction(
         (runtime.test_held_blocks_within_admission_caps,

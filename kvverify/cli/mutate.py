@@ -18,6 +18,7 @@ from kvverify.errors import ConfigError
 from kvverify.mutate import modules
 
 EQUIVALENTS = Path(__file__).resolve().parents[2] / "docs" / "mutation-engine-equivalent.txt"
+OUT_OF_SCOPE = Path(__file__).resolve().parents[2] / "docs" / "mutation-engine-out-of-scope.txt"
 
 
 def add_mutate_parser(sub: Any) -> None:
@@ -46,6 +47,8 @@ def add_mutate_parser(sub: Any) -> None:
                    help="CPU-time limit of a suite run: this many times its unmutated CPU time (at least 60 s)")
     m.add_argument("--equivalents", default=str(EQUIVALENTS), metavar="PATH",
                    help="the equivalent mutants' list (NAME DIGEST [class] reason)")
+    m.add_argument("--out-of-scope", default=str(OUT_OF_SCOPE), metavar="PATH",
+                   help="surviving faults outside the guarantees' scope, listed apart (NAME DIGEST [class] reason)")
     m.add_argument("--results", default=None, metavar="PATH",
                    help="append each mutant's result to this JSON-lines file as it finishes, and reuse the results "
                         "already in it (resume an interrupted run; the baseline runs again)")
@@ -57,7 +60,7 @@ def add_mutate_parser(sub: Any) -> None:
 
 
 def cmd_mutate(args: argparse.Namespace) -> int:
-    """Exit 0: no survivor (beyond listed equivalents); 1: survivors; 2: bad input."""
+    """Exit 0: no survivor (beyond listed equivalents and out-of-scope faults); 1: survivors; 2: bad input."""
     # imported here: building the `kvverify` parser must not import the target layer (it would
     # change the import order of the flaw registries every other command relies on)
     from kvverify.mutate import engine, generate, report
@@ -73,6 +76,7 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     source = runner.vllm_source(python)
     files = {m.name: modules.locate(m, source) for m in chosen}
     equivalents = report.load_equivalents(Path(args.equivalents))
+    out_of_scope = report.load_equivalents(Path(args.out_of_scope))
     selected: list[generate.Mutant] = []
     in_scope: dict[str, int] = {}
     for m in chosen:
@@ -132,7 +136,7 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     results = [fresh.get(m.name) or done[m.name] for m in selected]
-    data = report.summarize(results, in_scope, equivalents)
+    data = report.summarize(results, in_scope, equivalents, out_of_scope)
     command = "kvverify mutate " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["mutate"] \
         else "kvverify mutate --target vllm"
     md = report.render_markdown(data, command=command, bases=bases)

@@ -6,7 +6,9 @@ A mutant is judged per test, against the same test on the unmutated engine (the 
   (``assert``, ``AssertionError``, ``pytest.fail``, a strict ``xfail`` that now passes): the
   test's own verdict. In the ``guarantee`` suite that is a guarantee property's verdict, in the
   ``differential`` suite the reference-vs-engine comparison's;
-* ``crash``: it now fails with another exception, the module does not import (a collection
+* ``crash``: it now fails with another exception — or with an ``AssertionError`` raised inside
+  the engine's own package (an upstream ``assert``: the engine crashing, not a property's
+  verdict; told by the traceback's raising frame) —, the module does not import (a collection
   error, the test missing), or a test the unmutated engine ran is now skipped (the target
   refused a case it served);
 * ``timeout``: the run hit its CPU-time (or wall) limit.
@@ -17,6 +19,7 @@ comparison: it cannot tell a mutant apart.
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,9 +39,24 @@ class Outcome:
     message: str = ""
 
 
-def _failure_status(message: str) -> str:
+#: a traceback's raising frame as pytest writes it: ``path:line: ExceptionName``
+_RAISED_AT = re.compile(r"^(\S+?):\d+: (\w+)$", re.MULTILINE)
+#: a path in the engine's own package (installed or a mutant's overlay), not kvverify's adapter
+_ENGINE_PATH = re.compile(r"(^|/)vllm/")
+
+
+def raised_in_engine(traceback: str) -> bool:
+    """Whether the last raising frame of a pytest traceback lies in vLLM's own package."""
+    frames = [m for m in _RAISED_AT.finditer(traceback) if m.group(2) != "in"]
+    if not frames:
+        return False
+    path = frames[-1].group(1)
+    return bool(_ENGINE_PATH.search(path)) and "kvverify/" not in path
+
+
+def _failure_status(message: str, traceback: str = "") -> str:
     first = message.strip().splitlines()[0] if message.strip() else ""
-    if first.startswith(_ASSERTION_PREFIXES) or "AssertionError" in first:
+    if (first.startswith(_ASSERTION_PREFIXES) or "AssertionError" in first) and not raised_in_engine(traceback):
         return ASSERTION
     return CRASH
 
@@ -57,7 +75,7 @@ def parse_junit(path: Path) -> dict[str, Outcome]:
         for child in case:
             message = (child.get("message") or child.text or "").strip()
             if child.tag == "failure":
-                status = _failure_status(message)
+                status = _failure_status(message, child.text or "")
             elif child.tag == "error":
                 status = CRASH
             elif child.tag == "skipped":
@@ -111,4 +129,4 @@ def compare(baseline: dict[str, Outcome], mutant: dict[str, Outcome], *, timed_o
 
 
 __all__ = ["ASSERTION", "CRASH", "Outcome", "PASSED", "SKIPPED", "SURVIVED", "TIMEOUT", "Verdict",
-           "XFAILED", "compare", "parse_junit"]
+           "XFAILED", "compare", "parse_junit", "raised_in_engine"]

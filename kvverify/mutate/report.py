@@ -10,7 +10,10 @@ Each killed mutant is counted once, by the first kind that applies, in this orde
 
 A survivor listed in the equivalents file (``NAME DIGEST [class] reason``, one a line; the digest
 is of the mutant's diff body, so an entry goes stale when the code around it changes) counts as
-equivalent; rates are over the non-equivalent mutants.
+equivalent; rates are over the non-equivalent mutants. A survivor listed in the out-of-scope file
+(same format) is a real fault no guarantee promises to see (metrics, KV events, a prefix-cache
+hit not taken): it stays in the rates as not killed, but is listed apart with its reason instead
+of as an unexplained survivor.
 """
 
 from __future__ import annotations
@@ -97,12 +100,13 @@ def _rate(k: int, n: int) -> str:
 
 
 def summarize(results: list[MutantResult], in_scope: dict[str, int],
-              equivalents: dict[str, Equivalent]) -> dict[str, Any]:
+              equivalents: dict[str, Equivalent],
+              out_of_scope: dict[str, Equivalent] | None = None) -> dict[str, Any]:
     """The report's data: per module counts, kinds, vLLM tests, survivors (JSON-ready)."""
     modules: dict[str, dict[str, Any]] = {}
     for name, total in in_scope.items():
         modules[name] = {"in_scope": total, "run": 0, "killed": 0, "survived": 0, "equivalent": 0,
-                         "stale_equivalent": 0, **{k: 0 for k in KINDS}, "vllm_tests_run": 0,
+                         "out_of_scope": 0, "stale_equivalent": 0, **{k: 0 for k in KINDS}, "vllm_tests_run": 0,
                          "vllm_tests_killed": 0, "only_vllm_tests": 0, "only_kvverify": 0}
     mutants: list[dict[str, Any]] = []
     for r in results:
@@ -112,10 +116,15 @@ def summarize(results: list[MutantResult], in_scope: dict[str, int],
         kind = kill_kind(r)
         vt = r.verdicts.get("vllm-tests")
         eq = equivalents.get(m.name)
+        scope = (out_of_scope or {}).get(m.name)
         status = "killed" if kind else "survived"
         if kind is None and eq is not None:
             status = "equivalent" if eq.digest == digest(m) else "survived"
             row["stale_equivalent"] += eq.digest != digest(m)
+        elif kind is None and scope is not None:
+            status = "out_of_scope" if scope.digest == digest(m) else "survived"
+            row["stale_equivalent"] += scope.digest != digest(m)
+            eq = scope
         row[status] += 1
         if kind:
             row[kind] += 1
@@ -128,7 +137,7 @@ def summarize(results: list[MutantResult], in_scope: dict[str, int],
                         "digest": digest(m), "status": status, "kind": kind,
                         "verdicts": {s: {"kind": v.kind, "changed": [list(c) for c in v.changed]}
                                      for s, v in r.verdicts.items()},
-                        "equivalent_reason": eq.reason if status == "equivalent" and eq else None,
+                        "equivalent_reason": eq.reason if status in ("equivalent", "out_of_scope") and eq else None,
                         "diff": m.diff})
     return {"modules": modules, "mutants": mutants}
 
@@ -140,10 +149,10 @@ def render_markdown(data: dict[str, Any], *, command: str, bases: list[Baseline]
         left = b.left_out
         lines.append(f"* suite `{b.suite.name}`: {b.usable} tests pass unmutated ({b.cpu_seconds:.0f} s CPU)"
                      + (f"; left out, failing unmutated: {', '.join(left)}" if left else ""))
-    lines += ["", "| module | in scope | run | killed | survived | equivalent | kill rate (95 % Wilson) | "
+    lines += ["", "| module | in scope | run | killed | survived | out of scope | equivalent | kill rate (95 % Wilson) | "
               "property | differential | crash | timeout | guarantee properties alone | vLLM's tests |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    total = {k: 0 for k in ("in_scope", "run", "killed", "survived", "equivalent", *KINDS,
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    total = {k: 0 for k in ("in_scope", "run", "killed", "survived", "out_of_scope", "equivalent", *KINDS,
                             "vllm_tests_run", "vllm_tests_killed", "only_vllm_tests", "only_kvverify")}
     for name, row in data["modules"].items():
         for k in total:
@@ -168,6 +177,12 @@ def render_markdown(data: dict[str, Any], *, command: str, bases: list[Baseline]
         vt = m["verdicts"].get("vllm-tests")
         note = f" (vLLM's tests: {vt['kind']})" if vt else ""
         lines += ["", f"### `{m['name']}` digest `{m['digest']}`{note}", "", "```diff", m["diff"].rstrip(), "```"]
+    scoped = [m for m in data["mutants"] if m["status"] == "out_of_scope"]
+    if scoped:
+        lines += ["", f"## Out of the guarantees' scope ({len(scoped)}: not killed, counted in the rates)"]
+        for m in scoped:
+            lines += ["", f"### `{m['name']}` digest `{m['digest']}`", "", m["equivalent_reason"], "",
+                      "```diff", m["diff"].rstrip(), "```"]
     eq = [m for m in data["mutants"] if m["status"] == "equivalent"]
     if eq:
         lines += ["", f"## Equivalent ({len(eq)})", ""]
@@ -179,8 +194,8 @@ def _row(label: str, row: dict[str, Any]) -> str:
     non_eq = row["run"] - row["equivalent"]
     vt = (f"{_rate(row['vllm_tests_killed'], row['vllm_tests_run'])}" if row["vllm_tests_run"] else "not run")
     return (f"| {label} | {row['in_scope']} | {row['run']} | {row['killed']} | {row['survived']} | "
-            f"{row['equivalent']} | {_rate(row['killed'], non_eq)} | {row['property']} | {row['differential']} | "
-            f"{row['crash']} | {row['timeout']} | {_rate(row['property'], non_eq)} | {vt} |")
+            f"{row['out_of_scope']} | {row['equivalent']} | {_rate(row['killed'], non_eq)} | {row['property']} | "
+            f"{row['differential']} | {row['crash']} | {row['timeout']} | {_rate(row['property'], non_eq)} | {vt} |")
 
 
 def record(result: MutantResult) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from kvverify.props.recorder import recorded
 from kvverify.reference.connector import ConnectorScript
 from kvverify.reference.driver import SchedulerLike, WorkloadResult, WorkloadSpec
 from kvverify.reference.planner import StartupPlan
-from kvverify.strategies import StartupCase, startup_cases, workloads
+from kvverify.strategies import StartupCase, fine_hash_cases, startup_cases, workloads
 from kvverify.targets.base import Capability, Target, require_capability
 
 
@@ -116,10 +116,23 @@ def release_violations(sched: SchedulerLike, aborts: AbortPlan, *, delayed_frees
 def test_finished_requests_return_their_blocks(target: Target, case: StartupCase, data: Any) -> None:
     """Every finished or aborted request's blocks return to the pool at once; a drained pool is
     whole (no KV connector: nothing may delay a free)."""
+    _plain_release(target, case, data)
+
+
+@given(case=fine_hash_cases(), data=st.data())
+@recorded
+def test_fine_grained_prefix_hits_return_their_blocks(target: Target, case: StartupCase, data: Any) -> None:
+    """The same with hashes finer than the block and prompts that continue earlier ones: a hit on
+    a cached partial tail block is copied on write, both copy endpoints are retained until the
+    copy has run (``take_kv_cache_block_copies``) and must then come back; a drained pool is whole."""
+    _plain_release(target, case, data, turns=True)
+
+
+def _plain_release(target: Target, case: StartupCase, data: Any, *, turns: bool = False) -> None:
     require_capability(target, Capability.SCHEDULER)
     plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
     assume(plan.starts and plan.vllm_config.max_model_len >= 2)
-    workload = data.draw(workloads(plan.vllm_config.max_model_len), label="workload")
+    workload = data.draw(workloads(plan.vllm_config.max_model_len, turns=turns), label="workload")
     aborts = data.draw(abort_schedules([w.request_id for w in workload]), label="aborts")
     sched = target.scheduler(plan)
     assert_no_violations(release_violations(
@@ -169,4 +182,5 @@ def test_aborts_behind_batches_in_flight_return_their_blocks(target: Target, cas
 
 __all__ = ["AbortPlan", "abort_schedules", "connector_release_violations", "release_violations",
            "test_aborts_behind_batches_in_flight_return_their_blocks",
-           "test_connector_finished_requests_return_their_blocks", "test_finished_requests_return_their_blocks"]
+           "test_connector_finished_requests_return_their_blocks", "test_finished_requests_return_their_blocks",
+           "test_fine_grained_prefix_hits_return_their_blocks"]

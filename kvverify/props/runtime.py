@@ -17,7 +17,7 @@ from kvverify.props.known import check_or_known
 from kvverify.props.recorder import recorded
 from kvverify.reference.driver import SchedulerLike, WorkloadSpec
 from kvverify.reference.planner import StartupPlan
-from kvverify.strategies import StartupCase, startup_cases, workloads
+from kvverify.strategies import StartupCase, fine_hash_cases, startup_cases, workloads
 from kvverify.targets.base import Feature, Target, require
 
 
@@ -50,6 +50,19 @@ def test_predictor_equals_allocator(target: Target, case: StartupCase, data) -> 
     assume(plan.starts and plan.vllm_config.max_model_len >= 2)
     workload = data.draw(workloads(plan.vllm_config.max_model_len), label="workload")
 
+    check_or_known(target, lambda t: allocation_violations(
+        t, t.plan(case.vllm_config, case.kv_cache_specs, case.available_memory), workload))
+
+
+@given(case=fine_hash_cases(), data=st.data())
+@recorded
+def test_fine_grained_prefix_hits_predictor_equals_allocator(target: Target, case: StartupCase, data) -> None:
+    """The same with hashes finer than the block (``prefix_match_unit``) and prompts that continue
+    earlier ones: a hit on a cached partial tail block takes one more block for its copy-on-write
+    (``get_num_blocks_to_allocate`` must predict it)."""
+    plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
+    assume(plan.starts and plan.vllm_config.max_model_len >= 2)
+    workload = data.draw(workloads(plan.vllm_config.max_model_len, turns=True), label="workload")
     check_or_known(target, lambda t: allocation_violations(
         t, t.plan(case.vllm_config, case.kv_cache_specs, case.available_memory), workload))
 
