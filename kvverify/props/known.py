@@ -53,8 +53,7 @@ def assert_or_known(target: Target, compute: Callable[[], Sequence[Violation]],
     for names in [(n,) for n in KNOWN_FINDINGS] + [tuple(KNOWN_FINDINGS)]:
         with fixes.enabled(*names):
             if not list(rerun()):
-                if currently_in_test_context():  # also called outside Hypothesis (replays, tests)
-                    event("explained by known finding " + "+".join(KNOWN_FINDINGS[n] for n in names))
+                event("explained by known finding " + "+".join(KNOWN_FINDINGS[n] for n in names))
                 return
     assert_no_violations(violations)
 
