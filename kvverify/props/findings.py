@@ -133,7 +133,7 @@ def _unless_unsupported(target: Any, finding: str, replay: Callable[[Any], None]
     try:
         replay(target)
     except TargetUnsupported as e:
-        pytest.skip(f"{finding}: vLLM {getattr(target, 'version', '?')} cannot express this replay's input: {e}")
+        pytest.skip(f"{finding}: the release cannot express this replay's input: {e}")
 
 
 def replay_on_vllm(target: Any, finding: str, replay: Callable[[Any], None], fix: str) -> None:
