@@ -53,7 +53,10 @@ class Flaw:
     * ``no_lemma``: why no Z3 lemma catches it; empty when some lemma of
       :mod:`kvverify.lemmas` lists it in ``catches`` (the lemma's own statement);
     * ``not_in_recorded``: why the recorded vLLM 0.33.0 differential cannot see it; empty
-      when some recorded case must disagree with upstream once it is on.
+      when some recorded case must disagree with upstream once it is on;
+    * ``policies``: the scheduling policies (``SchedulerConfig.policy``) the defect lives in,
+      empty for all: under any other policy the flaw changes nothing, so nothing can catch it
+      there (``tests/test_alternative_policies.py`` shows it inert instead).
 
     SGLang's flaws are the same dataclass in their own catalogue (:mod:`kvverify.sglang.flaws`);
     :mod:`kvverify.engines` routes a name to its engine.
@@ -69,6 +72,7 @@ class Flaw:
     regression: str
     no_lemma: str = ""
     not_in_recorded: str = ""
+    policies: tuple[str, ...] = ()
 
     @property
     def property_name(self) -> str:
@@ -222,7 +226,8 @@ CATALOG: dict[str, Flaw] = {f.name: f for f in (
          no_lemma=_NO_LEMMA_SCHED,
          not_in_recorded="none of the 55 recorded connector workloads under priority scheduling parks a load "
                          "behind a better-priority waiting request that does not fit: the flaw changes no "
-                         "recorded output"),
+                         "recorded output",
+         policies=("priority",)),
     Flaw(name="spec_blocks_unreserved_after_load",
          upstream="#57104",
          symptom="KV connector + MTP under KV pressure: a landed load cannot get the block for its "
