@@ -6,8 +6,9 @@ gives every worker the smallest block count. Upstream splits the layers with ``g
 (``vllm/distributed/utils.py``), which accepts any ``VLLM_PP_LAYER_PARTITION`` summing to the
 layer count, ``0`` entries included, and leaves the last stage empty when there are fewer layers
 than stages; layers without KV cache (MLP-only) take a share of the split too. Guarantee: planning
-either starts or refuses clearly (:class:`~kvverify.errors.KVVerifyError`: the check's refusal, a
-bad config), never a raw exception, and a started plan serves a full-length request (the check
+either starts or refuses clearly (the check's :class:`~kvverify.errors.StartupCheckError`, a
+:class:`~kvverify.errors.ConfigError` naming a field, a model whose layers cannot be grouped), never
+a raw exception nor an unrelated error, and a started plan serves a full-length request (the check
 agrees with the runtime pool, :func:`~kvverify.invariants.startup.check_startup_vs_runtime`).
 
 Finding F15 (vLLM 0.33.0): a stage that holds no KV cache layer, next to one that does, gets every
@@ -22,11 +23,12 @@ from dataclasses import dataclass
 from hypothesis import currently_in_test_context, event, example
 from hypothesis import strategies as st
 
-from kvverify.errors import KVVerifyError
+from kvverify.errors import ConfigError, StartupCheckError
 from kvverify.hypothesis_hooks import given
 from kvverify.invariants.base import Violation
 from kvverify.invariants.startup import check_startup_vs_runtime
 from kvverify.props.known import check_or_known
+from kvverify.reference.grouping import GroupingError
 from kvverify.reference.config import VllmConfig
 from kvverify.reference.specs import FullAttentionSpec, KVCacheSpec
 from kvverify.strategies import StartupCase, startup_cases
@@ -108,10 +110,13 @@ def pipeline_violations(target: Target, case: PipelineCase, outputs: int = 1) ->
         plan = target.plan(case.vllm_config, case.stages, case.available_memory)
     except TargetUnsupported:
         raise
-    except KVVerifyError:
-        _event("refused clearly")
+    except (StartupCheckError, ConfigError, GroupingError) as e:
+        _event(f"refused clearly ({type(e).__name__})")
         return []
     except Exception as e:  # noqa: BLE001 - any other exception is the violation itself
+        # on vLLM an upstream ValueError other than the check's arrives as a plain KVVerifyError
+        # ("upstream planning failed"): 0.33.0's layout validation of a stage's empty groups says
+        # "cannot express this model's mixed page sizes ([])", naming no stage
         _event(f"planning raised {type(e).__name__}")
         return [Violation("pipeline.crash", f"planning raised {type(e).__name__} instead of starting or "
                           "refusing clearly", {"partition": case.partition, "error": f"{type(e).__name__}: {e}"[:200],
