@@ -9,6 +9,7 @@
 * the crash is not all the property checks: planted mutation "the fix's guards, but the KV-less
   worker's 1 block still wins the cross-worker minimum" starts with a pool of only the null
   block, and the property fails on it even under the fix (its servability half);
+* under the fix, the alternative scheduling policies pass it (it runs the scheduler);
 * directly: 0.33.0's reference raises on every such split (with and without
   ``num_gpu_blocks_override``), the fix plans every worker with the KV workers' block count.
 """
@@ -26,6 +27,7 @@ from kvverify.hypothesis_hooks import rebuild
 from kvverify.props import pipeline as pp
 from kvverify.props.known import check_or_known
 from kvverify.reference import planner
+from kvverify.reference.scheduler import VARIANT_POLICIES, scheduling_policy_override
 from kvverify.reference.specs import FullAttentionSpec
 from kvverify.targets import get_target
 
@@ -131,3 +133,11 @@ def test_fix_leaves_plans_without_kv_less_stages_alone() -> None:
         plain = REFERENCE.plan(config, stages)
         with fixes.enabled(FIX):
             assert REFERENCE.plan(config, stages) == plain
+
+
+@pytest.mark.parametrize("policy", ["priority", *VARIANT_POLICIES])
+def test_under_the_fix_the_property_passes_under_alternative_policies(policy: str) -> None:
+    """It runs the scheduler, so, as ``tests/test_alternative_policies.py`` asks of every scheduler
+    property, a live alternative policy passes it (under the fix: unfixed it is F15's xfail)."""
+    with scheduling_policy_override(policy), fixes.enabled(FIX):
+        pp.test_pipeline_split_plans_clearly_and_serves(target=REFERENCE)
