@@ -89,6 +89,12 @@ CATALOG: dict[str, Fix] = {f.name: f for f in (
         "the engine core re-runs SchedulerConfig.verify_max_model_len after it turns chunked prefill off late "
         "(non-causal attention layers, no KV cache groups), so a budget below max_model_len is refused at "
         "startup instead of leaving longer prompts waiting forever (upstream PR #55130)"),
+    Fix("kv_less_stage_planned", "F15-kv-less-pipeline-stage-divides-by-zero",
+        "get_kv_cache_configs plans a worker whose projected KV cache groups hold no layer (a pipeline "
+        "stage without KV cache layers) as holding no KV cache, as its own `if not groups` guards intend: "
+        "no override adjustment, no null-block reservation, no check, and its block count is left out of "
+        "the cross-worker minimum (it takes the KV workers' count), instead of dividing by its 0 bytes per "
+        "block (ZeroDivisionError)"),
 )}
 
 _SWITCHES = Switches("fix", CATALOG)

@@ -71,6 +71,24 @@ def bytes_per_block(groups: Sequence[KVCacheGroupSpec]) -> int:
     return max(sum(per_layer_spec(g, n).page_size_bytes for n in g.layer_names) for g in groups)
 
 
+def pool_bytes_per_block(groups: Sequence[KVCacheGroupSpec]) -> int:
+    """``_pool_bytes_per_block_from_builder``: the builder places one block
+    (``get_kv_cache_config_from_groups`` with ``1 * bytes_per_block`` bytes, whose
+    ``available_memory // bytes_per_block`` divides by zero when the groups hold no layer: a
+    pipeline stage without KV cache layers, finding F15) and reads its backing's size."""
+    if not groups:
+        return 0
+    size = bytes_per_block(groups)
+    arith.num_blocks_from_memory(size, size)  # the probe's one block: ZeroDivisionError at 0 bytes
+    return size
+
+
+def holds_kv_cache(groups: Sequence[KVCacheGroupSpec]) -> bool:
+    """Whether a worker's projected groups hold any layer (a pipeline stage that owns none of
+    the model's KV cache layers gets every group with an empty layer list, never no groups)."""
+    return any(g.layer_names for g in groups)
+
+
 def group_blocks_per_request(group: KVCacheGroupSpec, vllm_config: VllmConfig) -> int:
     """Blocks one max_model_len request holds in ``group`` (the startup bound)."""
     planned = arith.planned_request_tokens(vllm_config.max_model_len, vllm_config.num_lookahead_tokens)
@@ -247,14 +265,19 @@ def plan_kv_cache(vllm_config: VllmConfig, kv_cache_specs: Sequence[Mapping[str,
     global_groups = get_global_kv_cache_groups(vllm_config, kv_cache_specs)
     worker_groups = [project_groups_to_worker(global_groups, w) for w in kv_cache_specs]
     memory = _available_memory(vllm_config, available_memory, len(kv_cache_specs))
+    # the groups each worker is planned by: upstream's guards (`if not groups`) never fire for a
+    # pipeline stage without KV cache layers, whose groups are there with no layers (F15); under
+    # the fix such a worker is planned as holding no KV cache
+    kv_groups = ([g if holds_kv_cache(g) else [] for g in worker_groups]
+                 if fixes.is_on("kv_less_stage_planned") else worker_groups)
 
     override = vllm_config.num_gpu_blocks_override
     raw = memory
-    bpbs = [bytes_per_block(g) for g in worker_groups]
+    bpbs = [pool_bytes_per_block(g) for g in kv_groups]
     memory = [arith.startup_available_memory(m, b, override) if g else m
-              for g, m, b in zip(worker_groups, raw, bpbs)]
+              for g, m, b in zip(kv_groups, raw, bpbs)]
     check_mem = [arith.startup_check_memory(m, b, override) if g else m
-                 for g, m, b in zip(worker_groups, raw, bpbs)]
+                 for g, m, b in zip(kv_groups, raw, bpbs)]
 
     config = vllm_config
     auto_fit_len: int | None = None
@@ -262,15 +285,15 @@ def plan_kv_cache(vllm_config: VllmConfig, kv_cache_specs: Sequence[Mapping[str,
     if vllm_config.auto_max_model_len:
         config = vllm_config.with_max_model_len(vllm_config.planning_max_model_len)
         search_mem = [arith.auto_fit_search_memory(m, b, override) if g else m
-                      for g, m, b in zip(worker_groups, raw, bpbs)]
+                      for g, m, b in zip(kv_groups, raw, bpbs)]
         try:
-            auto_fit_len = _auto_fit_max_model_len(config, worker_groups, search_mem)
+            auto_fit_len = _auto_fit_max_model_len(config, kv_groups, search_mem)
             config = config.with_max_model_len(auto_fit_len)
         except StartupCheckError as e:
             error = str(e)
 
     if error is None:
-        for groups, mem in zip(worker_groups, check_mem):
+        for groups, mem in zip(kv_groups, check_mem):
             if not groups:
                 continue
             try:
@@ -280,10 +303,10 @@ def plan_kv_cache(vllm_config: VllmConfig, kv_cache_specs: Sequence[Mapping[str,
                 break
 
     configs = []
-    for groups, mem, bpb in zip(worker_groups, raw, bpbs):
-        num_blocks = arith.runtime_num_blocks(mem, bpb, override) if groups else 1
+    for groups, planned, mem, bpb in zip(worker_groups, kv_groups, raw, bpbs):
+        num_blocks = arith.runtime_num_blocks(mem, bpb, override) if planned else 1
         configs.append(get_kv_cache_config_from_groups(groups, num_blocks))
-    min_blocks = min(c.num_blocks for c in configs)
+    min_blocks = min_num_blocks(configs, kv_groups)
     configs = [c if c.num_blocks == min_blocks else
                get_kv_cache_config_from_groups(c.kv_cache_groups, min_blocks) for c in configs]
 
@@ -295,6 +318,14 @@ def plan_kv_cache(vllm_config: VllmConfig, kv_cache_specs: Sequence[Mapping[str,
         blocks_per_group=tuple(group_blocks_per_request(g, config) for g in global_groups),
         starts=error is None, error=error, auto_fit_max_model_len=auto_fit_len,
         worker_groups=tuple(tuple(g) for g in worker_groups))
+
+
+def min_num_blocks(configs: Sequence[KVCacheConfig], kv_groups: Sequence[Sequence[KVCacheGroupSpec]]) -> int:
+    """``min_num_blocks``: every worker takes the smallest block count. Under the F15 fix a worker
+    planned without KV cache (its 1 block) is left out, which would leave the others only the null
+    block (all workers without KV cache: 1, as upstream)."""
+    counted = [c for c, planned in zip(configs, kv_groups) if planned or not fixes.is_on("kv_less_stage_planned")]
+    return min(c.num_blocks for c in counted or configs)
 
 
 def _engine_block_size(config: VllmConfig, groups: Sequence[KVCacheGroupSpec]) -> VllmConfig:
@@ -411,5 +442,6 @@ __all__ = [
     "KVCacheConfig", "KVCacheTensor", "StartupPlan", "bytes_per_block", "blocks_per_request",
     "check_enough_kv_cache_memory", "check_enough_kv_cache_memory_for_groups", "estimate_max_model_len", "estimate_max_model_len_from_groups",
     "get_kv_cache_config_from_groups", "get_kv_cache_configs", "get_max_concurrency_for_kv_cache_config",
-    "max_memory_usage_bytes_from_groups", "plan_kv_cache", "iter_layer_specs", "layer_specs",
+    "holds_kv_cache", "max_memory_usage_bytes_from_groups", "min_num_blocks", "plan_kv_cache",
+    "pool_bytes_per_block", "iter_layer_specs", "layer_specs",
 ]

@@ -11,9 +11,14 @@ block counts, tensor sizes and lengths.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
+from kvverify import fixes
 from kvverify.reference.config import VllmConfig
 from kvverify.reference.planner import KVCacheConfig, plan_kv_cache
-from kvverify.reference.specs import FullAttentionSpec
+from kvverify.reference.specs import FullAttentionSpec, SlidingWindowSpec
 
 F16 = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8)  # page 2*16*1*8*2 = 512 B
 F32 = FullAttentionSpec(block_size=32, num_kv_heads=1, head_size=8)  # page 1024 B
@@ -59,3 +64,42 @@ def test_engine_block_size_is_the_smallest_group_block_size() -> None:
     assert plan.kv_cache_configs[0].num_blocks == 9
     same = plan_kv_cache(VllmConfig(block_size=32, max_model_len=64), ({"a": F32},), (1024 * 9,))
     assert same.vllm_config.block_size == 32
+
+
+@pytest.mark.parametrize("override", [None, 5])
+def test_pipeline_stage_without_kv_cache_layers_divides_by_zero(override) -> None:
+    """Finding F15: 0.33.0 probes the 0 bytes per block of a stage whose groups hold no layer
+    (with an override at the override adjustment, without at the check memory)."""
+    config = VllmConfig(block_size=16, max_model_len=64, num_gpu_blocks_override=override)
+    with pytest.raises(ZeroDivisionError):
+        plan_kv_cache(config, ({"l0": F16}, {}), (10240, 10**6))
+
+
+def test_pipeline_stage_without_kv_cache_layers_under_the_fix() -> None:
+    """Under ``kv_less_stage_planned`` the stage is planned as holding no KV cache: its memory as
+    given, no check, no tensors, its empty group kept, the KV worker's block count (the same
+    memory, check memory, block counts, tensor sizes and groups as the F15-patched 0.33.0
+    planner through the vLLM target)."""
+    config = VllmConfig(block_size=16, max_model_len=64)
+    with fixes.enabled("kv_less_stage_planned"):
+        plan = plan_kv_cache(config, ({"l0": F16}, {}), (10240, 10**6))
+        over = plan_kv_cache(replace(config, num_gpu_blocks_override=5), ({}, {"l0": F16}), (10**6, 10240))
+    assert plan.starts and over.starts
+    assert plan.available_memory == (10240, 10**6) and plan.check_memory == (10240 - 512, 10**6)
+    assert [c.num_blocks for c in plan.kv_cache_configs] == [20, 20]
+    assert [[t.size for t in c.kv_cache_tensors] for c in plan.kv_cache_configs] == [[20 * 512], []]
+    assert [[g.layer_names for g in c.kv_cache_groups] for c in plan.kv_cache_configs] == [[("l0",)], [()]]
+    assert over.available_memory == (10**6, 5 * 512) and over.check_memory == (10**6, 4 * 512)
+    assert [c.num_blocks for c in over.kv_cache_configs] == [5, 5]
+    assert [[t.size for t in c.kv_cache_tensors] for c in over.kv_cache_configs] == [[], [5 * 512]]
+
+
+def test_fix_leaves_a_stage_holding_one_groups_layers_alone() -> None:
+    """A hybrid split (full attention on one stage, sliding window on the other): each stage's
+    other group is empty, but the stage holds KV cache; the fix changes nothing."""
+    window = SlidingWindowSpec(block_size=16, num_kv_heads=1, head_size=8, sliding_window=32)
+    config = VllmConfig(block_size=16, max_model_len=64, enable_prefix_caching=False)
+    plain = plan_kv_cache(config, ({"l0": F16}, {"l1": window}), (10240, 10240))
+    with fixes.enabled("kv_less_stage_planned"):
+        assert plan_kv_cache(config, ({"l0": F16}, {"l1": window}), (10240, 10240)) == plain
+    assert plain.starts and [c.num_blocks for c in plain.kv_cache_configs] == [20, 20]

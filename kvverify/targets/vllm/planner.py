@@ -228,13 +228,16 @@ def plan(target: VllmTarget, vllm_config: VllmConfig, kv_cache_specs: Sequence[M
             error = str(e)
             vc, groups, configs = attempt(checks=False)
         projected = [_project(up, groups, w) for w in up_specs]
-        bpb_worker = [_bytes_per_block(up, vc, g) if g else 0 for g in projected]
+        # a worker whose groups hold no layer (a pipeline stage without KV cache layers) is
+        # reported as planning holds none: only a release with the F15 patch gets here with one
+        holds = [bool(g) and any(x.layer_names for x in g) for g in projected]
+        bpb_worker = [_bytes_per_block(up, vc, g) if k else 0 for g, k in zip(projected, holds)]
         override = vllm_config.num_gpu_blocks_override
         rules = memory_rules(target)
         counted, reserves = rules.override_counted, rules.reserves_null_block
-        effective = [override * b if (override is not None and g and counted) else m
-                     for g, b, m in zip(projected, bpb_worker, memory)]
-        check_mem = [m - b if (g and reserves) else m for g, b, m in zip(projected, bpb_worker, effective)]
+        effective = [override * b if (override is not None and k and counted) else m
+                     for k, b, m in zip(holds, bpb_worker, memory)]
+        check_mem = [m - b if (k and reserves) else m for k, b, m in zip(holds, bpb_worker, effective)]
         bpb = _bytes_per_block(up, vc, groups)
         resolved_len = vc.model_config.max_model_len
         blocks_per_group = tuple(group_blocks(g.kv_cache_spec, vc, up) for g in groups)
