@@ -86,6 +86,30 @@ def test_a_blind_fingerprint_would_cry_wolf(monkeypatch: pytest.MonkeyPatch) -> 
     assert blind.stalled and blind.stall_reason == "no_progress"
 
 
+def test_a_transfer_never_reported_ends_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every request finished, but an external event stays pending forever (on vLLM 0.19.1 a
+    finished request's delayed free whose send was never reported): the state returns, so the
+    run ends as ``pending_transfer`` instead of looping until memory runs out (it did: 18 million
+    steps, 22 GB). ``max_steps`` is only this test's safety net against that old loop."""
+    monkeypatch.setattr(Scheduler, "has_pending_external_events", lambda self: True)
+    result = run_workload(config(), kv_config(8, full(16)), [spec("a", 20, 2)], max_steps=100_000)
+    assert result.finished == ("a",) and result.stalled and result.stall_reason == "pending_transfer"
+    assert result.steps < 1_000
+
+
+def test_a_state_that_never_returns_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backstop: a target leaking state into what the fingerprint reads never repeats a
+    state; after ``UNBOUNDED_WINDOWS`` progress windows without an output token the run ends as
+    ``unbounded`` (F4's endless preempt cycle, its fingerprint made unique per step)."""
+    counter = iter(range(10**9))
+    monkeypatch.setattr(driver, "state_fingerprint", lambda sched: next(counter))
+    plan = livelock_plan()
+    result = run_workload(plan.vllm_config, plan.kv_cache_config, [spec("r", 100, 50)], progress_window=3,
+                          max_steps=100_000)
+    assert result.stalled and result.stall_reason == "unbounded"
+    assert result.steps == driver.UNBOUNDED_WINDOWS * 3
+
+
 def test_fingerprint_reads_pool_order_and_progress() -> None:
     s = Scheduler(config(), kv_config(8, full(16)))
     s.add_request(Request("a", list(range(40)), 4))

@@ -16,6 +16,14 @@ returns to a state it was in before; the three stall verdicts are exactly those 
   ``state_repeats``-th time: an endless preempt/re-prefill cycle. Fingerprints are taken
   only once ``progress_window`` steps passed without an output token, so live runs pay
   nothing for it; the window alone never decides a verdict.
+* ``pending_transfer``: every request finished, but an external event stays pending (a
+  finished request's delayed free whose send is never reported, a transfer that never lands)
+  while the state returns for the ``state_repeats``-th time: the engine never goes idle and the
+  blocks stay held (found on vLLM 0.19.1, where such a run used to loop until memory ran out);
+* ``unbounded``: the backstop for a target whose state keeps changing without an output token
+  (a real engine may leak state into what the fingerprint reads, so it never returns):
+  ``UNBOUNDED_WINDOWS`` progress windows without an output token or a finished request. The
+  reference's state between two tokens is finite, so it always reaches a verdict above first;
 * ``max_steps``: only when the caller passes ``max_steps`` (a budget it chose; none by default).
 
 An event outside the scheduling decision that is still pending — a batch in flight, a KV load
@@ -193,6 +201,11 @@ _MANAGER_BOOKKEEPING = ("num_cached_block", "last_state_block_idx", "_num_retire
                         "_allocated_block_reqs")
 
 
+#: progress windows without an output token or a finished request after which a run whose
+#: state never returns is stopped as ``unbounded`` (a live policy produces a token per window)
+UNBOUNDED_WINDOWS = 64
+
+
 def _default_progress_window(num_requests: int, max_model_len: int, budget: int) -> int:
     return (num_requests + 2) * (cdiv(max_model_len, budget) + 2)
 
@@ -300,13 +313,18 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
             if not more_arrivals:
                 stall_reason, stalled_ids = "no_tokens_scheduled", _unfinished(sched)
                 break
-        if (step - last_progress_step >= progress_window and not more_arrivals
-                and sched.has_unfinished_requests()):
-            key = state_fingerprint(sched)
-            seen[key] = seen.get(key, 0) + 1
-            if seen[key] >= state_repeats:
-                stall_reason, stalled_ids = "no_progress", _unfinished(sched)
-                break
+        if step - last_progress_step >= progress_window and not more_arrivals:
+            unfinished = sched.has_unfinished_requests()
+            if unfinished or sched.has_pending_external_events():
+                key = state_fingerprint(sched)
+                seen[key] = seen.get(key, 0) + 1
+                if seen[key] >= state_repeats:
+                    stall_reason = "no_progress" if unfinished else "pending_transfer"
+                    stalled_ids = _unfinished(sched)
+                    break
+                if step - last_progress_step >= UNBOUNDED_WINDOWS * progress_window:
+                    stall_reason, stalled_ids = "unbounded", _unfinished(sched)
+                    break
     if recorder is not None:
         recorder.finish(sched, steps=step, stall_reason=stall_reason, stalled_request_ids=stalled_ids,
                         error=error)

@@ -490,6 +490,8 @@ class Scheduler(WaitingPass, KVTransfer):
             return out, self.update_from_output(out)
         scheduled, processed, finished = self.batch_queue.step(
             self.has_requests, self.schedule, self.execute_model, self.update_from_output)
+        if scheduled is None and processed is None:
+            self._transfer_reported = False  # nothing ran: the last output's report was consumed
         return engine_step(self.current_step, scheduled, processed, finished), finished
 
     # -- views --

@@ -244,6 +244,10 @@ class ConnectorScheduler(UpstreamScheduler):
                 return out, self._update(out, self._execute(out))
             scheduled, processed, finished = self.batch_queue.step(
                 self.has_requests, self._schedule, self._execute, self._update)
+            if scheduled is None and processed is None:
+                # nothing ran: the last output's transfer report was consumed (else an engine with
+                # no requests left would count as pending forever: vLLM 0.19.1 looped so)
+                self._transfer_reported = False
         except ValueError as e:
             if str(e).startswith("Cannot get"):  # BlockPool.get_new_blocks: the pool ran out mid-step
                 raise PoolExhaustedError(str(e)) from e
