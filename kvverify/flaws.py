@@ -252,6 +252,34 @@ CATALOG: dict[str, Flaw] = {f.name: f for f in (
          budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
          regression="kvverify.zoo_cases.spec_step_blocks_not_per_group",
          no_lemma=_NO_LEMMA_SCHED),
+    Flaw(name="delayed_free_idles_engine",
+         upstream="#43433 (fixed in 0.22.0; see also #46502 / #46579)",
+         symptom="a KV connector that delays a finished request's block free (an async send): once "
+                 "nothing else runs the engine stops stepping, the send's completion is never polled, "
+                 "and the blocks stay held until another request arrives",
+         defect="Scheduler.has_finished_requests counts only finished_req_ids: a finished request "
+                "waiting on delayed connector cleanup, still in self.requests, is not work, so "
+                "has_requests() is False and the engine loop idles with the free pending",
+         switched_in="kvverify/reference/sched/scheduler.py",
+         caught_by="kvverify.props.connector.test_connector_workload_completes",
+         budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
+         regression="kvverify.zoo_cases.delayed_free_idles_engine",
+         no_lemma=_NO_LEMMA_SCHED,
+         not_in_recorded="the recorded connector workloads are replayed with one batch in flight or "
+                         "end with the driver's idle check, which the flaw's idle engine does not change"),
+    Flaw(name="mamba_align_connector_asserts",
+         upstream="<= 0.22.0 _mamba_block_aligned_split (\"External KV connector is not verified yet\"), "
+                  "gone in 0.25.0",
+         symptom="a Mamba model in prefix-caching align mode with a KV connector: the first request the "
+                 "connector has tokens for crashes the engine with an AssertionError",
+         defect="the waiting scan clips every new request's chunk to Mamba blocks, async loads included, "
+                "and the clip asserts that no external (connector) tokens came with the request",
+         switched_in="kvverify/reference/sched/waiting.py",
+         caught_by="kvverify.props.connector.test_connector_workload_completes",
+         budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
+         regression="kvverify.zoo_cases.mamba_align_connector_asserts",
+         no_lemma=_NO_LEMMA_SCHED,
+         not_in_recorded="no recorded connector workload runs a Mamba align model with a connector hit"),
     Flaw(name="deferred_requests_hold_slots",
          upstream="#53130 (reported on 0.27.1) / #42568's accounting",
          symptom="admission stops for good once running + deferred requests reach max_num_seqs, "

@@ -233,6 +233,36 @@ def spec_step_blocks_not_per_group() -> list[Violation]:
     return _connector(config, {"model.layers.0": spec}, [_prompt("r0", 20000, 2)], script)
 
 
+def delayed_free_idles_engine() -> list[Violation]:
+    # two batches in flight, 2 blocks of 16 (1 usable): r0 and r1 (15 tokens each, 14 held by the
+    # connector, loaded in one step) run one after the other; r1 finishes last and the connector
+    # delays its free for two worker steps. Counted as work, the engine keeps stepping and the send
+    # completes; not counted (<= 0.20.0), nothing steps again and the free stays pending:
+    # pending_transfer (the shape vLLM 0.19.1's shrunk counterexample has)
+    config = VllmConfig(block_size=16, max_model_len=16, max_num_batched_tokens=2048, max_concurrent_batches=2,
+                        num_gpu_blocks_override=2, kv_connector=True, enable_prefix_caching=False)
+    script = ConnectorScript.of({"r0": RequestScript(hit_tokens=14, load_steps=1),
+                                 "r1": RequestScript(hit_tokens=14, load_steps=1, free_delay_steps=2)},
+                                kv_role="kv_both")
+    return _connector(config, {"l0": full()}, [_prompt("r0", 10000, 15), _prompt("r1", 20000, 15)], script)
+
+
+def mamba_align_connector_asserts() -> list[Violation]:
+    # full attention + Mamba in align mode (B = 16), one 15-token prompt the connector holds 14
+    # tokens of (an async load): <= 0.22.0 clipped the load's chunk to Mamba blocks and asserted
+    # there were no connector tokens
+    config = VllmConfig(block_size=16, max_model_len=16, max_num_batched_tokens=2048, num_gpu_blocks_override=4,
+                        kv_connector=True, enable_prefix_caching=True, mamba_cache_mode="align")
+    specs = {"model.layers.0": FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8, dtype="bfloat16"),
+             "model.layers.1": MambaSpec(block_size=16, shapes=((1, 4), (1,)), dtypes=("bfloat16", "float32"),
+                                         mamba_cache_mode="align", page_size_padded=512)}
+    script = ConnectorScript.of({"r0": RequestScript(hit_tokens=14, load_steps=1)}, kv_role="kv_both")
+    try:
+        return _connector(config, specs, [_prompt("r0", 10000, 15)], script)
+    except AssertionError as e:
+        return [Violation("admission.raised", f"the scheduler raised: {e}", {"error": str(e)})]
+
+
 def deferred_requests_hold_slots() -> list[Violation]:
     # max_num_seqs = 1, one request the connector defers once (get_num_new_matched_tokens -> None):
     # counted against max_num_seqs while it waits, the cap is full before it can be promoted

@@ -217,8 +217,11 @@ class Scheduler(WaitingPass, KVTransfer):
         tell the workers about (``finished_req_ids``), or ones whose blocks the connector still
         holds (delayed frees)."""
         running, waiting = self.get_request_counts()
-        return (self.has_unfinished_requests() or bool(self.finished_req_ids)
-                or len(self.requests) > running + waiting)
+        # flaw delayed_free_idles_engine (<= 0.20.0, fixed by #43433): a finished request whose
+        # blocks the connector still holds does not count, so the engine stops stepping and the
+        # send's completion is never seen: the blocks stay held until another request arrives
+        delayed = len(self.requests) > running + waiting and not flaws.is_on("delayed_free_idles_engine")
+        return self.has_unfinished_requests() or bool(self.finished_req_ids) or delayed
 
     @property
     def connector_state(self) -> ScriptedConnectorState | None:

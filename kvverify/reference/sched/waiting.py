@@ -135,6 +135,11 @@ class WaitingPass:
                     if pad_spec_decode and num_new != 1 + self.num_spec_tokens:
                         num_new, pad_spec_decode = 1, False
 
+            if (num_external and self.need_mamba_block_aligned_split
+                    and flaws.is_on("mamba_align_connector_asserts")):
+                # <= 0.22.0 ran _mamba_block_aligned_split for every new request, async loads
+                # included, and it asserted that no connector tokens came with it
+                raise AssertionError("External KV connector is not verified yet")
             lookahead = 0 if load_kv_async and self.num_lookahead_tokens > 0 else self.num_lookahead_tokens
             num_encoder = request.num_encoder_tokens if self.is_encoder_decoder else 0
             reserved = (self._async_load_reserved_blocks(request, computed_blocks, num_computed)
