@@ -264,9 +264,7 @@ CATALOG: dict[str, Flaw] = {f.name: f for f in (
          caught_by="kvverify.props.connector.test_connector_workload_completes",
          budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
          regression="kvverify.zoo_cases.delayed_free_idles_engine",
-         no_lemma=_NO_LEMMA_SCHED,
-         not_in_recorded="the recorded connector workloads are replayed with one batch in flight or "
-                         "end with the driver's idle check, which the flaw's idle engine does not change"),
+         no_lemma=_NO_LEMMA_SCHED),
     Flaw(name="mamba_align_connector_asserts",
          upstream="<= 0.22.0 _mamba_block_aligned_split (\"External KV connector is not verified yet\"), "
                   "gone in 0.25.0",
@@ -278,8 +276,7 @@ CATALOG: dict[str, Flaw] = {f.name: f for f in (
          caught_by="kvverify.props.connector.test_connector_workload_completes",
          budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
          regression="kvverify.zoo_cases.mamba_align_connector_asserts",
-         no_lemma=_NO_LEMMA_SCHED,
-         not_in_recorded="no recorded connector workload runs a Mamba align model with a connector hit"),
+         no_lemma=_NO_LEMMA_SCHED),
     Flaw(name="deferred_requests_hold_slots",
          upstream="#53130 (reported on 0.27.1) / #42568's accounting",
          symptom="admission stops for good once running + deferred requests reach max_num_seqs, "
