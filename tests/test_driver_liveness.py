@@ -97,6 +97,16 @@ def test_a_transfer_never_reported_ends_the_run(monkeypatch: pytest.MonkeyPatch)
     assert result.steps < 1_000
 
 
+@pytest.mark.parametrize("window", [1, 2])
+def test_the_backstop_is_no_step_budget_for_a_slow_live_run(window: int) -> None:
+    """A prefill of 480 tokens at 2 a step: 240 steps without an output token, far more than
+    ``UNBOUNDED_WINDOWS`` of a caller's tiny window. The backstop scales with the workload's own
+    window (what a live policy needs per token), never with the caller's: the run completes."""
+    work = [spec("a", 480, 3)]
+    result = run_workload(config(max_num_batched_tokens=2), kv_config(40, full(16)), work, progress_window=window)
+    assert result.completed and result.finished == ("a",), result.stall_reason
+
+
 def test_a_state_that_never_returns_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
     """The backstop: a target leaking state into what the fingerprint reads never repeats a
     state; after ``UNBOUNDED_WINDOWS`` progress windows without an output token the run ends as
@@ -104,10 +114,12 @@ def test_a_state_that_never_returns_is_stopped(monkeypatch: pytest.MonkeyPatch) 
     counter = iter(range(10**9))
     monkeypatch.setattr(driver, "state_fingerprint", lambda sched: next(counter))
     plan = livelock_plan()
+    own = driver._default_progress_window(1, plan.vllm_config.max_model_len,
+                                          plan.vllm_config.max_num_batched_tokens)
     result = run_workload(plan.vllm_config, plan.kv_cache_config, [spec("r", 100, 50)], progress_window=3,
                           max_steps=100_000)
     assert result.stalled and result.stall_reason == "unbounded"
-    assert result.steps == driver.UNBOUNDED_WINDOWS * 3
+    assert result.steps == driver.UNBOUNDED_WINDOWS * max(3, own)
 
 
 def test_fingerprint_reads_pool_order_and_progress() -> None:

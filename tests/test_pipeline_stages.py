@@ -141,3 +141,20 @@ def test_under_the_fix_the_property_passes_under_alternative_policies(policy: st
     property, a live alternative policy passes it (under the fix: unfixed it is F15's xfail)."""
     with scheduling_policy_override(policy), fixes.enabled(FIX):
         pp.test_pipeline_split_plans_clearly_and_serves(target=REFERENCE)
+
+
+def test_adapter_drift_is_not_a_pipeline_defect() -> None:
+    """An adapter's DriftError (an ImportError) during planning propagates: it is never counted
+    as the pipeline property's 'planning raised' violation."""
+    from kvverify.props.pipeline import F15_CASE, pipeline_violations
+    from kvverify.targets import get_target
+
+    class Drifting:
+        def __getattr__(self, name):  # type: ignore[no-untyped-def]
+            return getattr(get_target("reference"), name)
+
+        def plan(self, *a, **k):  # type: ignore[no-untyped-def]
+            raise ImportError("vllm.v1.core.kv_cache_utils.get_kv_cache_configs: not found (drift)")
+
+    with pytest.raises(ImportError, match="drift"):
+        pipeline_violations(Drifting(), F15_CASE)  # type: ignore[arg-type]

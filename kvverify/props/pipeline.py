@@ -108,8 +108,8 @@ def pipeline_violations(target: Target, case: PipelineCase, outputs: int = 1) ->
     nothing; a started plan must serve a full-length request (``check_startup_vs_runtime``)."""
     try:
         plan = target.plan(case.vllm_config, case.stages, case.available_memory)
-    except TargetUnsupported:
-        raise
+    except (TargetUnsupported, ImportError):
+        raise  # the target cannot express it, or adapter drift (DriftError): never a defect
     except (StartupCheckError, ConfigError, GroupingError) as e:
         _event(f"refused clearly ({type(e).__name__})")
         return []

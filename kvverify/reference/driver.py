@@ -22,7 +22,8 @@ returns to a state it was in before; the three stall verdicts are exactly those 
   blocks stay held (found on vLLM 0.19.1, where such a run used to loop until memory ran out);
 * ``unbounded``: the backstop for a target whose state keeps changing without an output token
   (a real engine may leak state into what the fingerprint reads, so it never returns):
-  ``UNBOUNDED_WINDOWS`` progress windows without an output token or a finished request. The
+  ``UNBOUNDED_WINDOWS`` progress windows (the workload's own, or the caller's if larger) without
+  an output token or a finished request. The
   reference's state between two tokens is finite, so it always reaches a verdict above first;
 * ``max_steps``: only when the caller passes ``max_steps`` (a budget it chose; none by default).
 
@@ -250,10 +251,13 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
     if max_steps is not None:
         require_int("max_steps", max_steps, minimum=1)
     require_int("state_repeats", state_repeats, minimum=2)
+    own_window = _default_progress_window(len(reqs), max_model_len, sched.max_num_scheduled_tokens)
     if progress_window is None:
-        progress_window = _default_progress_window(len(reqs), max_model_len,
-                                                   sched.max_num_scheduled_tokens)
+        progress_window = own_window
     require_int("progress_window", progress_window, minimum=1)
+    # the backstop counts the workload's own windows (a caller's small window only makes the
+    # fingerprinting start sooner; it must not turn the backstop into a step budget)
+    backstop = UNBOUNDED_WINDOWS * max(progress_window, own_window)
 
     pending = sorted(range(len(reqs)), key=lambda i: (arrivals[i], i))
     next_arrival = 0
@@ -322,7 +326,7 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
                     stall_reason = "no_progress" if unfinished else "pending_transfer"
                     stalled_ids = _unfinished(sched)
                     break
-                if step - last_progress_step >= UNBOUNDED_WINDOWS * progress_window:
+                if step - last_progress_step >= backstop:
                     stall_reason, stalled_ids = "unbounded", _unfinished(sched)
                     break
     if recorder is not None:
