@@ -39,6 +39,7 @@ class PlannerOnly:
     name = "planner-only"
     version = "0.0.1"
     capabilities = frozenset({Capability.PLANNER, Capability.BLOCK_SIZES})
+    reference_behaviours: frozenset[str] = frozenset()
 
     def __init__(self) -> None:
         self._ref = ReferenceTarget()
@@ -95,7 +96,7 @@ def test_every_capability_has_methods_and_target_is_their_union() -> None:
              "connector_scheduler", "run_connector_workload"}
     assert set(union) == calls
     assert base.BASE_MEMBERS == ("name", "version", "capabilities", "lacks", "expects_finding",
-                                 "finding_replay_masked")
+                                 "finding_replay_masked", "reference_behaviours")
     # Target is exactly the base and the capability sub-protocols (it declares nothing of its own)
     assert set(Target.__bases__) - {Protocol} == {base.TargetBase, *base.CAPABILITY_PROTOCOLS.values()}
     assert base.protocol_members(Target) == {}
@@ -271,3 +272,13 @@ def test_cli_check_goes_through_the_target(monkeypatch) -> None:
     with pytest.raises(ConfigError, match="flaw"):
         run_check(catalog.load_model("llama-3.1-8b"), max_model_len=512, num_gpu_blocks_override=64,
                   flaw_names=["null_block_not_reserved"], target="vllm")
+
+
+def test_a_target_naming_an_unknown_release_rule_does_not_conform() -> None:
+    """``reference_behaviours`` must name rules of kvverify/behaviours.py: a misspelled one would
+    make every attribution replay fail with a ReportError instead of following the release."""
+    class Misspelled(PlannerOnly):
+        reference_behaviours = frozenset({"pad_behind_running"})
+
+    problems = check_target(Misspelled())
+    assert any(p.startswith("reference_behaviours:") for p in problems), problems

@@ -175,6 +175,7 @@ def build_report(capture: Capture, *, found_by: str, name: str | None = None, fi
         "target": capture.target_name,
         "flaws": list(capture.flaws),
         "fixes": list(capture.fixes),
+        "behaviours": list(capture.behaviours),
         "violation": violations[0],
         "other_violations": violations[1:],
         "exception": {"type": type(exc).__name__, "message": sanitize(str(exc))[:4000]},

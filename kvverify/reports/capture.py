@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 from hypothesis import is_hypothesis_test
 
 from kvverify.hypothesis_hooks import is_genuine_failure
+from kvverify import behaviours
 from kvverify.reports.common import ReportError, active_flaws, active_fixes
 
 
@@ -93,6 +94,7 @@ class RecordingTarget:
         return repr(self._target)
 
 
+
 @dataclasses.dataclass(eq=False)
 class Capture:
     """A property body's failing call, as the recording wrapper saw it."""
@@ -105,6 +107,8 @@ class Capture:
     target_name: str
     workloads: list[tuple[list[Any], Any]]
     runs: list[tuple[Any, Any, list[Any], dict[str, Any]]] = dataclasses.field(default_factory=list)
+    #: the target's old release rules (kvverify/behaviours.py): its reports replay on the reference under them
+    behaviours: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(eq=False)  # identity: sinks are removed from _SINKS by identity
@@ -214,7 +218,8 @@ def _recording_inner(fn: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
                           exc=e, flaws=tuple(sorted(active_flaws())), fixes=tuple(sorted(active_fixes())),
                           target_name=target_obj.name if target_obj is not None else "reference",
                           workloads=list(rec_target.workloads) if rec_target is not None else [],
-                          runs=list(rec_target.runs) if rec_target is not None else [])
+                          runs=list(rec_target.runs) if rec_target is not None else [],
+                          behaviours=tuple(sorted(behaviours.of_target(target_obj))))
             for sink in _SINKS:
                 sink.failures.append(cap)
             raise

@@ -41,6 +41,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
              ("target", report.get("target")),
              ("flaws on", ", ".join(report.get("flaws") or []) or "none (the faithful reference)"),
              ("fixes on", ", ".join(report.get("fixes") or []) or "none")]
+    if report.get("behaviours"):
+        facts.append(("release rules", ", ".join(report["behaviours"]) + " (its reference replay follows them)"))
     for r in report.get("resembles") or []:
         facts.append(("resembles upstream", f"{r['upstream']} — flaw `{r['flaw']}`: {r['symptom']}"))
     if report.get("known_finding"):

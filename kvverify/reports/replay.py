@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from kvverify import behaviours
 from kvverify.reports.build import plain, trace_of, violations_from_exception
 from kvverify.reports.capture import (
     ReplayMismatch,
@@ -127,7 +128,10 @@ def replay_report(report: Mapping[str, Any], *, target: str | None = None,
                   flaw_names: Sequence[str] | None = None, fix_names: Sequence[str] | None = None) -> ReplayOutcome:
     """Run the property body once on the report's example (or re-prove its lemma).
 
-    ``flaw_names`` / ``fix_names`` replace the recorded switches when given.
+    ``flaw_names`` / ``fix_names`` replace the recorded switches when given. A replay on the
+    reference follows the old release rules the report records (``"behaviours"``: the
+    target's, :mod:`kvverify.behaviours`), so a release's failure replays as that release
+    scheduled; on any other target they do not apply.
     """
     use_flaws = list(report.get("flaws") or []) if flaw_names is None else list(flaw_names)
     use_fixes = list(report.get("fixes") or []) if fix_names is None else list(fix_names)
@@ -153,7 +157,12 @@ def replay_report(report: Mapping[str, Any], *, target: str | None = None,
     tgt = target_by_report_name(target or report.get("target") or "reference",
                                 property_module=fn.__module__)
     expected = (report.get("violation") or {}).get("name")
-    with switched(use_flaws, use_fixes):
+    rules = list(report.get("behaviours") or []) if behaviours.replays_under_rules(
+        str(target or report.get("target") or "reference")) else []
+    for n in rules:
+        if n not in behaviours.CATALOG:
+            raise ReportError(f"unknown release rule {n!r} in 'behaviours'; known: {', '.join(behaviours.CATALOG)}")
+    with switched(use_flaws, use_fixes), behaviours.only(*rules):
         try:
             example_kwargs = {k: decode(v) for k, v in (report.get("example") or {}).items()}
         except ReportError:

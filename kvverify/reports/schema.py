@@ -110,7 +110,7 @@ def validate(report: Mapping[str, Any], where: str) -> None:
     _expect(report, "timeline", (dict,), where, "an object")
     _expect(report, "property", (str,), where, "a string")
     _expect(report, "target", (str,), where, "a string")
-    for key in ("flaws", "fixes"):
+    for key in ("flaws", "fixes", "behaviours"):
         _expect(report, key, (list,), where, "a list of names")
         if not all(isinstance(x, str) for x in report.get(key) or []):
             raise ReportError(f"{where}: corrupt report: {key!r} must list names (strings)")

@@ -132,6 +132,12 @@ class TargetBase(Protocol):
         the replay first), or ``None``: the replay judges it."""
         ...
 
+    @property
+    def reference_behaviours(self) -> frozenset[str]:
+        """The old release rules (:mod:`kvverify.behaviours`) the reference follows when it re-runs
+        a case found here to attribute it (empty: the pin's rules, the reference's own)."""
+        ...
+
 
 class PlannerTarget(Protocol):
     """``Capability.PLANNER``: startup planning (upstream ``get_kv_cache_configs`` and the check)."""

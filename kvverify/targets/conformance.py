@@ -141,7 +141,12 @@ def check_target(target: object) -> list[str]:
 
 
 def _check_base(target: Target, call: Call, problems: list[str]) -> None:
-    """The features (``None`` or a reason each) and the findings (expected?, masked?)."""
+    """The features (``None`` or a reason each), the findings (expected?, masked?) and the old
+    release rules (known names)."""
+    from kvverify import behaviours
+    rules = call("reference_behaviours", lambda: target.reference_behaviours)
+    if not isinstance(rules, frozenset) or not rules <= set(behaviours.CATALOG):
+        problems.append(f"reference_behaviours: expected a frozenset of {', '.join(behaviours.CATALOG)}, got {rules!r}")
     for feature in Feature:
         why = call(f"lacks({feature.value})", lambda: target.lacks(feature))
         if not _reason_or_none(why):

@@ -32,6 +32,7 @@ class ReferenceTarget:
     name = "reference"
     version = REFERENCE_RELEASE
     capabilities = frozenset(Capability)
+    reference_behaviours: frozenset[str] = frozenset()  # the pin's rules (kvverify/behaviours.py)
 
     def lacks(self, feature: Feature) -> str | None:
         """Nothing: the reference has every feature."""

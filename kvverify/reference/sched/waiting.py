@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from kvverify import fixes, flaws
+from kvverify import behaviours, fixes, flaws
 from kvverify.reference.request import Request, RequestStatus
 from kvverify.reference.sched import request_queue as rq
 
@@ -117,7 +117,9 @@ class WaitingPass:
                 num_new = request.num_tokens - num_computed
                 spec = self.num_spec_tokens
                 if (spec > 0 and num_new == 1 and not prefill_scheduled
-                        and (out.scheduled_running_reqs or num_computed > 0)):
+                        and not behaviours.is_on("no_spec_decode_padding")  # <= 0.22 (attribution only)
+                        and (out.scheduled_running_reqs
+                             or (num_computed > 0 and not behaviours.is_on("spec_pad_behind_running_only")))):
                     padded = 1 + spec
                     fits = padded <= self.max_num_scheduled_tokens or not fixes.is_on(
                         "spec_decode_padding_fits_budget")  # finding F10: a pad no step can hold

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from kvverify import behaviours
 from kvverify.errors import ConfigError
 from kvverify.reference import specs as kv
 from kvverify.reference.config import VllmConfig
@@ -57,6 +58,8 @@ class VllmTarget:
         if "kv_connector" in lacking:
             self.lacking[Capability.KV_CONNECTOR] = f"vLLM {self.version} {lacking['kv_connector']}"
         self.capabilities = frozenset(Capability) - frozenset(self.lacking)
+        #: the old rules (:mod:`kvverify.behaviours`) the reference follows to replay like this release
+        self.reference_behaviours: frozenset[str] = behaviours.for_compat(self.compat)
 
     def _release_lacks(self, what: str) -> str:
         return f"vllm target: vLLM {self.version} {what}"
