@@ -54,23 +54,3 @@ def for_compat(caps: Any) -> frozenset[str]:
         return frozenset({"spec_pad_behind_running_only"})
     return frozenset()
 
-
-def of_target(target: Any) -> frozenset[str]:
-    """The old rules the reference follows to re-run a case found on ``target``: a vLLM target's
-    ``reference_behaviours`` (its contract, :class:`~kvverify.targets.base.TargetBase`); none for
-    another engine's target or one the registry does not hold (a test's fake)."""
-    from kvverify.targets import TARGETS
-
-    entry = TARGETS.get(str(target.name)) if target is not None else None
-    if entry is None or entry.engine != "vllm":
-        return frozenset()
-    return frozenset(target.reference_behaviours)
-
-
-def replays_under_rules(target_name: str) -> bool:
-    """Whether a replay on ``target_name`` follows a report's recorded rules: only on vLLM's
-    reference (a real release follows its own)."""
-    from kvverify.targets import TARGETS
-
-    entry = TARGETS.get(target_name)
-    return entry is not None and entry.engine == "vllm" and entry.reference

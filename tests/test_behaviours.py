@@ -9,6 +9,7 @@ import pytest
 
 from kvverify import behaviours
 from kvverify.errors import ConfigError
+from kvverify.targets import release_rules_of, replays_under_release_rules
 
 
 def _f10_run():
@@ -53,15 +54,15 @@ def test_a_release_follows_the_rules_its_capabilities_imply() -> None:
 def test_a_target_without_rules_has_none() -> None:
     from kvverify.targets import get_target
 
-    assert behaviours.of_target(get_target("reference")) == frozenset()
-    assert behaviours.of_target(None) == frozenset()
+    assert release_rules_of(get_target("reference")) == frozenset()
+    assert release_rules_of(None) == frozenset()
     # another engine's target, or one the registry does not hold (a test's fake): none
-    assert behaviours.of_target(SimpleNamespace(name="sglang", reference_behaviours=frozenset({"x"}))) == frozenset()
-    assert behaviours.of_target(SimpleNamespace(name="fake", reference_behaviours=frozenset({"x"}))) == frozenset()
+    assert release_rules_of(SimpleNamespace(name="sglang", reference_behaviours=frozenset({"x"}))) == frozenset()
+    assert release_rules_of(SimpleNamespace(name="fake", reference_behaviours=frozenset({"x"}))) == frozenset()
     release = SimpleNamespace(name="vllm", reference_behaviours=frozenset({"spec_pad_behind_running_only"}))
-    assert behaviours.of_target(release) == {"spec_pad_behind_running_only"}
-    assert behaviours.replays_under_rules("reference") and not behaviours.replays_under_rules("vllm")
-    assert not behaviours.replays_under_rules("sglang-reference")
+    assert release_rules_of(release) == {"spec_pad_behind_running_only"}
+    assert replays_under_release_rules("reference") and not replays_under_release_rules("vllm")
+    assert not replays_under_release_rules("sglang-reference")
 
 
 def test_an_unknown_rule_is_an_error_naming_the_field() -> None:

@@ -28,6 +28,7 @@ from hypothesis import currently_in_test_context, event
 from kvverify import behaviours, fixes, flaws
 from kvverify.invariants.base import Violation, assert_no_violations
 from kvverify.props import attribution
+from kvverify.targets import release_rules_of
 from kvverify.targets.base import Feature, Target, has
 
 #: proposed fix -> the finding it resolves, for the fixes marked ``explains_general_failures``
@@ -50,8 +51,8 @@ def assert_or_known(target: Target, compute: Callable[[], Sequence[Violation]],
     violations = list(compute())
     if not violations:
         return
-    if on_reference is not None and behaviours.of_target(target):
-        on_reference = _shaped(on_reference, behaviours.of_target(target))
+    if on_reference is not None and release_rules_of(target):
+        on_reference = _shaped(on_reference, release_rules_of(target))
     if currently_in_test_context():  # counted on the run page (kvverify/nightly/coverage.py)
         event("violation " + violations[0].name)
     rerun = compute if has(target, Feature.FIX_OPTIONS) else on_reference

@@ -22,7 +22,6 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 from hypothesis import is_hypothesis_test
 
 from kvverify.hypothesis_hooks import is_genuine_failure
-from kvverify import behaviours
 from kvverify.reports.common import ReportError, active_flaws, active_fixes
 
 
@@ -213,13 +212,14 @@ def _recording_inner(fn: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
         except BaseException as e:
             if not is_genuine_failure(e) or not _SINKS:
                 raise
+            from kvverify.targets import release_rules_of
             target_obj = kwargs.get("target")
             cap = Capture(function=fn, kwargs={k: v for k, v in call_kwargs.items() if k != "target"},
                           exc=e, flaws=tuple(sorted(active_flaws())), fixes=tuple(sorted(active_fixes())),
                           target_name=target_obj.name if target_obj is not None else "reference",
                           workloads=list(rec_target.workloads) if rec_target is not None else [],
                           runs=list(rec_target.runs) if rec_target is not None else [],
-                          behaviours=tuple(sorted(behaviours.of_target(target_obj))))
+                          behaviours=tuple(sorted(release_rules_of(target_obj))))
             for sink in _SINKS:
                 sink.failures.append(cap)
             raise

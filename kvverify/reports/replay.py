@@ -149,7 +149,7 @@ def replay_report(report: Mapping[str, Any], *, target: str | None = None,
     from hypothesis import strategies as st
     from hypothesis.errors import UnsatisfiedAssumption
 
-    from kvverify.targets import target_by_report_name
+    from kvverify.targets import replays_under_release_rules, target_by_report_name
 
     fn = resolve_property(report.get("property_ref") or {}, report.get("loaded_from"))
     # the arguments Hypothesis supplies: the body's parameters but the target (a fixture)
@@ -157,7 +157,7 @@ def replay_report(report: Mapping[str, Any], *, target: str | None = None,
     tgt = target_by_report_name(target or report.get("target") or "reference",
                                 property_module=fn.__module__)
     expected = (report.get("violation") or {}).get("name")
-    rules = list(report.get("behaviours") or []) if behaviours.replays_under_rules(
+    rules = list(report.get("behaviours") or []) if replays_under_release_rules(
         str(target or report.get("target") or "reference")) else []
     for n in rules:
         if n not in behaviours.CATALOG:

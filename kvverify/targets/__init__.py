@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from kvverify.engines import ENGINES, engine_of_property
 from kvverify.errors import ConfigError
@@ -127,7 +127,25 @@ def target_by_report_name(name: str, *, property_module: str = "") -> Target | S
     return get_engine_target(targets_for(name).get(engine, name))
 
 
+def release_rules_of(target: Any) -> frozenset[str]:
+    """The old release rules (:mod:`kvverify.behaviours`) the reference follows to re-run a case
+    found on ``target``: a vLLM target's ``reference_behaviours`` (its contract, :class:`~kvverify.targets.base.TargetBase`); none for
+    another engine's target or one the registry does not hold (a test's fake)."""
+    entry = TARGETS.get(str(target.name)) if target is not None else None
+    if entry is None or entry.engine != "vllm":
+        return frozenset()
+    return frozenset(target.reference_behaviours)
+
+
+def replays_under_release_rules(target_name: str) -> bool:
+    """Whether a replay on ``target_name`` follows a report's recorded rules: only on vLLM's
+    reference (a real release follows its own)."""
+    entry = TARGETS.get(target_name)
+    return entry is not None and entry.engine == "vllm" and entry.reference
+
+
 __all__ = ["BlockSizesTarget", "Capability", "Feature", "KVCacheManagerLike", "PlannerTarget", "RuntimeTarget",
            "DEFAULT_TARGET", "SchedulerLike", "SchedulerTarget", "TARGETS", "Target", "TargetBase", "TargetEntry",
            "TargetUnsupported", "engine_of", "get_engine_target", "get_sglang_target", "get_target", "has",
-           "reference_of", "require", "target_by_report_name", "targets_for"]
+           "reference_of", "release_rules_of", "replays_under_release_rules", "require", "target_by_report_name",
+           "targets_for"]
