@@ -53,4 +53,3 @@ def for_compat(caps: Any) -> frozenset[str]:
     if not caps.spec_decode_padding_idle:
         return frozenset({"spec_pad_behind_running_only"})
     return frozenset()
-

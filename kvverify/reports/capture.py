@@ -93,7 +93,6 @@ class RecordingTarget:
         return repr(self._target)
 
 
-
 @dataclasses.dataclass(eq=False)
 class Capture:
     """A property body's failing call, as the recording wrapper saw it."""

@@ -154,11 +154,10 @@ def replay_report(report: Mapping[str, Any], *, target: str | None = None,
     fn = resolve_property(report.get("property_ref") or {}, report.get("loaded_from"))
     # the arguments Hypothesis supplies: the body's parameters but the target (a fixture)
     given_kwargs = [p for p in inspect.signature(fn.hypothesis.inner_test).parameters if p != "target"]
-    tgt = target_by_report_name(target or report.get("target") or "reference",
-                                property_module=fn.__module__)
+    target_name = str(target or report.get("target") or "reference")
+    tgt = target_by_report_name(target_name, property_module=fn.__module__)
     expected = (report.get("violation") or {}).get("name")
-    rules = list(report.get("behaviours") or []) if replays_under_release_rules(
-        str(target or report.get("target") or "reference")) else []
+    rules = list(report.get("behaviours") or []) if replays_under_release_rules(target_name) else []
     for n in rules:
         if n not in behaviours.CATALOG:
             raise ReportError(f"unknown release rule {n!r} in 'behaviours'; known: {', '.join(behaviours.CATALOG)}")

@@ -129,8 +129,9 @@ def target_by_report_name(name: str, *, property_module: str = "") -> Target | S
 
 def release_rules_of(target: Any) -> frozenset[str]:
     """The old release rules (:mod:`kvverify.behaviours`) the reference follows to re-run a case
-    found on ``target``: a vLLM target's ``reference_behaviours`` (its contract, :class:`~kvverify.targets.base.TargetBase`); none for
-    another engine's target or one the registry does not hold (a test's fake)."""
+    found on ``target``: a vLLM target's ``reference_behaviours`` (a member of its contract,
+    :class:`~kvverify.targets.base.TargetBase`); none for another engine's target or one the
+    registry does not hold (a test's fake)."""
     entry = TARGETS.get(str(target.name)) if target is not None else None
     if entry is None or entry.engine != "vllm":
         return frozenset()
