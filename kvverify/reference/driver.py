@@ -14,8 +14,9 @@ returns to a state it was in before; the three stall verdicts are exactly those 
   tokens and progress, the pool's free queue, ref counts and prefix-cache map, the
   managers' per-request blocks; :func:`state_fingerprint`) came back for the
   ``state_repeats``-th time: an endless preempt/re-prefill cycle. Fingerprints are taken
-  only once ``progress_window`` steps passed without an output token, so live runs pay
-  nothing for it; the window alone never decides a verdict.
+  once ``progress_window`` steps passed without an output token, or at once on an idle step
+  (nothing scheduled, preempted or finished: a live run schedules something every step), so
+  live runs pay nothing for it; the window alone never decides a verdict.
 * ``pending_transfer``: every request finished, but an external event stays pending (a
   finished request's delayed free whose send is never reported, a transfer that never lands)
   while the state returns for the ``state_repeats``-th time: the engine never goes idle and the
@@ -317,7 +318,12 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
             if not more_arrivals:
                 stall_reason, stalled_ids = "no_tokens_scheduled", _unfinished(sched)
                 break
-        if step - last_progress_step >= progress_window and not more_arrivals:
+        # an idle step (nothing scheduled, preempted or finished) is fingerprinted at once: a
+        # live run that is merely slow schedules tokens every step and pays nothing, while a
+        # stall behind a long window (a small budget, a long max_model_len) is seen in a few
+        # steps instead of a window's worth
+        idle = scheduled_tokens == 0 and not out.preempted_reqs and not finished
+        if (idle or step - last_progress_step >= progress_window) and not more_arrivals:
             unfinished = sched.has_unfinished_requests()
             if unfinished or sched.has_pending_external_events():
                 key = state_fingerprint(sched)
