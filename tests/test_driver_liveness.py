@@ -97,6 +97,21 @@ def test_a_transfer_never_reported_ends_the_run(monkeypatch: pytest.MonkeyPatch)
     assert result.steps < 1_000
 
 
+def test_an_idle_stall_is_seen_without_waiting_out_the_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A token budget of 1 and a long ``max_model_len`` make the progress window long (a live
+    prefill may go that many steps without a token). A run that sits idle (nothing scheduled,
+    preempted or finished) while an event stays pending is fingerprinted at once, so its
+    verdict comes after ``state_repeats`` idle steps, not after the window: the connector
+    properties' stalls used to spend 1,155 steps each here (84% of one property's steps)."""
+    monkeypatch.setattr(Scheduler, "has_pending_external_events", lambda self: True)
+    cfg = config(max_model_len=4096, max_num_batched_tokens=1)
+    window = driver._default_progress_window(1, cfg.max_model_len, cfg.max_num_batched_tokens)
+    result = run_workload(cfg, kv_config(300, full(16)), [spec("a", 3, 1)])
+    assert result.finished == ("a",) and result.stall_reason == "pending_transfer"
+    assert result.steps <= 3 + 3, (result.steps, window)  # 3 prefill steps, then 3 idle sightings
+    assert window > 10 * result.steps
+
+
 @pytest.mark.parametrize("window", [1, 2])
 def test_the_backstop_is_no_step_budget_for_a_slow_live_run(window: int) -> None:
     """A prefill of 480 tokens at 2 a step: 240 steps without an output token, far more than
