@@ -25,6 +25,11 @@ class PoolExhaustedError(KVVerifyError):
     """``BlockPool.get_new_blocks`` was asked for more blocks than are free."""
 
 
+class WorkerError(KVVerifyError):
+    """The model runner refused a step the scheduler produced (upstream's worker assertion
+    ``Sampled token IDs exceed the max model length``: the engine dies)."""
+
+
 class StartupCheckError(KVVerifyError):
     """The startup check (``_check_enough_kv_cache_memory``) refused the config."""
 

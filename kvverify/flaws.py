@@ -252,6 +252,18 @@ CATALOG: dict[str, Flaw] = {f.name: f for f in (
          budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
          regression="kvverify.zoo_cases.spec_step_blocks_not_per_group",
          no_lemma=_NO_LEMMA_SCHED),
+    Flaw(name="spec_pad_leaves_no_sampled_slot",
+         upstream="#53812 (fixed in 0.29.0: pad only with room for the sampled token)",
+         symptom="speculative decoding at the context limit: RuntimeError: Sampled token IDs exceed the max "
+                 "model length. Total number of tokens: 262145 > max_model_len: 262144 (the engine dies)",
+         defect="the waiting scan pads a new one-token decode to 1 + num_spec_tokens whenever the placeholders "
+                "fit max_model_len, leaving no slot for the token the step samples (the running path keeps "
+                "one), and a pad past max_model_len stops the scan instead of scheduling the request un-padded",
+         switched_in="kvverify/reference/sched/waiting.py",
+         caught_by="kvverify.props.connector.test_connector_workload_completes",
+         budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
+         regression="kvverify.zoo_cases.spec_pad_leaves_no_sampled_slot",
+         no_lemma=_NO_LEMMA_SCHED),
     Flaw(name="delayed_free_idles_engine",
          upstream="#43433 (fixed in 0.22.0; see also #46502 / #46579)",
          symptom="a KV connector that delays a finished request's block free (an async send): once "

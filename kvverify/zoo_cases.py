@@ -233,6 +233,18 @@ def spec_step_blocks_not_per_group() -> list[Violation]:
     return _connector(config, {"model.layers.0": spec}, [_prompt("r0", 20000, 2)], script)
 
 
+def spec_pad_leaves_no_sampled_slot() -> list[Violation]:
+    # B = L = 16, one speculative token: a 15-token prompt whose first 14 tokens the connector
+    # loads synchronously is a new one-token decode (14 computed), padded to 1 + 1 placeholders.
+    # The pin pads only with room for the sampled token (14 + 2 + 1 > 16: it schedules 1 token);
+    # <= 0.28 padded whenever 14 + 2 <= 16, so the token sampled at position 17 > 16 crashes the
+    # model runner ("Sampled token IDs exceed the max model length", #53812): worker_raised
+    config = VllmConfig(block_size=16, max_model_len=16, max_num_batched_tokens=2048, num_gpu_blocks_override=4,
+                        kv_connector=True, enable_prefix_caching=False, num_speculative_tokens=1)
+    script = ConnectorScript.of({"r0": RequestScript(hit_tokens=14, load_steps=0)})
+    return _connector(config, {"l0": full()}, [_prompt("r0", 10000, 15, max_tokens=1)], script)
+
+
 def delayed_free_idles_engine() -> list[Violation]:
     # two batches in flight, 2 blocks of 16 (1 usable): r0 and r1 (15 tokens each, 14 held by the
     # connector, loaded in one step) run one after the other; r1 finishes last and the connector

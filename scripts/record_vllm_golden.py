@@ -218,7 +218,7 @@ def main() -> int:
                            capture_output=True, text=True).stdout.strip()
     corpus = {
         "format_version": golden.FORMAT_VERSION,
-        "vllm_version": version,
+        "vllm_version": target.version,
         "kvverify_commit": commit + ("+dirty" if dirty else ""),
         "strategies": {kind: {"max_examples": max(1, round(n * args.scale)), "drawn_from": how,
                               "settings": "derandomize=True, database=None, phases=[generate]"}

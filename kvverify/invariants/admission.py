@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from kvverify.reference.driver import WorkloadResult, WorkloadSpec
-from kvverify.errors import KVVerifyError
+from kvverify.errors import KVVerifyError, WorkerError
 from kvverify.invariants.base import Violation
 from kvverify.reference.planner import StartupPlan
 from kvverify.targets.base import Target
@@ -30,12 +30,18 @@ def check_workload_completes(target: Target, plan: StartupPlan,
 
 def workload_violations(result: WorkloadResult, plan: StartupPlan,
                         workload: Sequence[WorkloadSpec]) -> list[Violation]:
-    """The violation of a run that did not complete (a stall verdict, or the allocator raised)."""
+    """The violation of a run that did not complete (a stall verdict, the allocator raised, or
+    the model runner refused a step: ``WorkerError``, a sampled token past ``max_model_len``)."""
     if result.completed:
         return []
-    name = "admission.allocator_raised" if result.error else f"admission.stall.{result.stall_reason}"
-    return [Violation(name, "an admitted workload did not finish" if not result.error else
-                      "the allocator raised on a step the predictor said it could serve",
+    worker = bool(result.error) and result.error.startswith(f"{WorkerError.__name__}:")
+    if worker:
+        name, what = "admission.worker_raised", "the model runner refused a step the scheduler produced"
+    elif result.error:
+        name, what = "admission.allocator_raised", "the allocator raised on a step the predictor said it could serve"
+    else:
+        name, what = f"admission.stall.{result.stall_reason}", "an admitted workload did not finish"
+    return [Violation(name, what,
                       {"stall": result.stall_reason, "error": result.error, "steps": result.steps,
                        "stalled": result.stalled_request_ids, "running": result.running,
                        "waiting": result.waiting, "free_blocks": result.free_blocks,

@@ -35,7 +35,8 @@ the connector's countdowns, the parked requests, the fences and the batches in f
 of the fingerprint (``kv_transfer_state``), so a load counting down is not a returning state.
 
 A :class:`~kvverify.errors.PoolExhaustedError` escaping a step (an admitted step that
-the pool could not serve) is reported as ``error``, not raised.
+the pool could not serve) or a :class:`~kvverify.errors.WorkerError` (a step the model runner
+refuses: a sampled token past ``max_model_len``) is reported as ``error``, not raised.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from typing import Any, Callable, Protocol
 
 from kvverify.reference.config import VllmConfig
 from kvverify.reference.connector import ConnectorScript
-from kvverify.errors import ConfigError, PoolExhaustedError
+from kvverify.errors import ConfigError, PoolExhaustedError, WorkerError
 from kvverify.reference.validation import require_int
 from kvverify.reference.ops import cdiv
 from kvverify.reference.request import Request
@@ -291,7 +292,7 @@ def run_workload(vllm_config: VllmConfig, kv_cache_config: Any,
             break
         try:
             out, finished = sched.step()
-        except PoolExhaustedError as exc:
+        except (PoolExhaustedError, WorkerError) as exc:
             error = f"{type(exc).__name__}: {exc}"
             stalled_ids = _unfinished(sched)
             break

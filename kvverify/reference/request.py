@@ -11,7 +11,7 @@ import enum
 import zlib
 from collections.abc import Callable, Sequence
 
-from kvverify.errors import MAX_TOKENS, ConfigError, KVVerifyError
+from kvverify.errors import MAX_TOKENS, ConfigError, KVVerifyError, WorkerError
 from kvverify.reference.validation import require_int
 from kvverify.reference.pool import BlockHash
 
@@ -39,6 +39,19 @@ class RequestStatus(enum.Enum):
 def fake_output_token(request_id: str, position: int) -> int:
     """Deterministic stand-in for a sampled token: ``crc32("id:pos") % 32000``."""
     return zlib.crc32(f"{request_id}:{position}".encode()) % 32000
+
+
+def check_sampled_within_max_model_len(num_computed_tokens: int, max_model_len: int) -> None:
+    """The model runner's check on a request that samples this step: its token lands at
+    ``num_computed_tokens`` (after the schedule: the step's scheduled tokens, draft
+    placeholders included) ``+ 1``, which must stay within ``max_model_len`` (upstream's
+    ``RuntimeError: Sampled token IDs exceed the max model length``, an engine-killing crash:
+    a padded decode with no room left for its sampled token, #53812). Raises
+    :class:`~kvverify.errors.WorkerError`; every fake worker (the reference's, the vLLM
+    adapters') runs it, so a scheduler that leaves no room is caught on any target."""
+    if num_computed_tokens + 1 > max_model_len:
+        raise WorkerError("Sampled token IDs exceed the max model length. Total number of tokens: "
+                          f"{num_computed_tokens + 1} > max_model_len: {max_model_len}")
 
 
 class Request:

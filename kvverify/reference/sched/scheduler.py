@@ -45,7 +45,7 @@ from kvverify.reference.connector import ConnectorMeta, ConnectorScript, Scripte
 from kvverify.reference.kv_cache_manager import KVCacheManager
 from kvverify.reference.managers import behaviour_spec
 from kvverify.reference.ops import cdiv
-from kvverify.reference.request import Request, RequestStatus, fake_output_token
+from kvverify.reference.request import Request, RequestStatus, check_sampled_within_max_model_len, fake_output_token
 from kvverify.reference.sched import request_queue as rq
 from kvverify.reference.sched.engine import BatchQueue, EngineStep, engine_step
 from kvverify.reference.sched.fences import BlockFreeFence
@@ -370,10 +370,14 @@ class Scheduler(WaitingPass, KVTransfer):
 
     def execute_model(self, out: SchedulerOutput) -> ModelRunnerOutput:
         """The fake worker: a request that computed all its tokens samples one deterministic
-        token; the connector's worker half starts and advances its transfers."""
+        token (where the model runner would: within ``max_model_len``, else it raises,
+        :func:`~kvverify.reference.request.check_sampled_within_max_model_len`); the
+        connector's worker half starts and advances its transfers."""
         sampled = {rid: [fake_output_token(rid, self.requests[rid].num_tokens)]
                    for rid in out.num_scheduled_tokens
                    if self.requests[rid].num_computed_tokens >= self.requests[rid].num_tokens}
+        for rid in sampled:
+            check_sampled_within_max_model_len(self.requests[rid].num_computed_tokens, self.max_model_len)
         results = None
         if self.connector is not None:
             results = self.connector.worker_step(out.kv_connector_metadata or ConnectorMeta())

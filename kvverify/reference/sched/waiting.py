@@ -123,7 +123,14 @@ class WaitingPass:
                     padded = 1 + spec
                     fits = padded <= self.max_num_scheduled_tokens or not fixes.is_on(
                         "spec_decode_padding_fits_budget")  # finding F10: a pad no step can hold
-                    if num_computed + padded + 1 <= self.max_model_len and fits:
+                    if flaws.is_on("spec_pad_leaves_no_sampled_slot"):
+                        # #53812 (<= 0.28): pad whenever the placeholders fit max_model_len, no
+                        # room kept for the sampled token (the model runner's RuntimeError), and
+                        # a pad past max_model_len stops the scan instead of going un-padded
+                        if padded > token_budget or num_computed + padded > self.max_model_len:
+                            break
+                        num_new, pad_spec_decode = padded, True
+                    elif num_computed + padded + 1 <= self.max_model_len and fits:
                         if padded > token_budget:
                             break  # rather not schedule than schedule un-padded
                         num_new, pad_spec_decode = padded, True

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvverify.errors import ConfigError
 from kvverify.reference.planner import StartupPlan
-from kvverify.reference.request import Request, fake_output_token
+from kvverify.reference.request import Request, check_sampled_within_max_model_len, fake_output_token
 from kvverify.targets.vllm import compat
 from kvverify.targets.vllm.env import LOCK, preserved_environ
 from kvverify.targets.vllm.refusals import unsupported
@@ -165,6 +165,7 @@ class UpstreamScheduler:
         for rid in rids:
             r = sched.requests[rid]
             if r.num_computed_tokens >= r.num_tokens:
+                check_sampled_within_max_model_len(r.num_computed_tokens, self.max_model_len)
                 sampled.append([fake_output_token(rid, r.num_tokens)])
                 sampled_ids.append(rid)
             else:
