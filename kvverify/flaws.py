@@ -224,9 +224,6 @@ CATALOG: dict[str, Flaw] = {f.name: f for f in (
          budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
          regression="kvverify.zoo_cases.priority_strands_parked_loads",
          no_lemma=_NO_LEMMA_SCHED,
-         not_in_recorded="none of the 55 recorded connector workloads under priority scheduling parks a load "
-                         "behind a better-priority waiting request that does not fit: the flaw changes no "
-                         "recorded output",
          policies=("priority",)),
     Flaw(name="spec_blocks_unreserved_after_load",
          upstream="#57104",
