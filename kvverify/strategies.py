@@ -110,9 +110,11 @@ def lengths(block_size: int, *, low: int = 2, high: int = 1024) -> st.SearchStra
 @_memoized
 @st.composite
 def layer_kinds(draw, *, max_layers: int = 6, kinds: Sequence[str] = ATTENTION_KINDS,
-                allow_mamba: bool = True, hybrid: bool = False) -> list[str]:
+                allow_mamba: bool = True, hybrid: bool = False, require_mamba: bool = False) -> list[str]:
     """A layer pattern: 1..max_layers kinds; at least one attention layer unless pure Mamba
-    (``hybrid``: two or three distinct kinds, so two or more KV cache groups)."""
+    (``hybrid``: two or three distinct kinds, so two or more KV cache groups; ``require_mamba``:
+    a Mamba layer in every pattern, as the pattern's last kind when none was drawn, instead of
+    a filter that would reject most draws)."""
     pool = tuple(spec_kinds.resolve(k).name for k in kinds) + (("mamba",) if allow_mamba else ())
     if hybrid:
         pattern = draw(st.lists(_sampled(pool), min_size=2, max_size=min(3, max(2, max_layers)), unique=True))
@@ -120,6 +122,9 @@ def layer_kinds(draw, *, max_layers: int = 6, kinds: Sequence[str] = ATTENTION_K
     else:
         n = draw(st.integers(1, max_layers))
         pattern = draw(_patterns(pool, min(3, n)))
+    if require_mamba and "mamba" not in pattern:
+        pattern = [*pattern[:max(0, min(len(pattern), max_layers) - 1)], "mamba"]
+        n = max(n, len(pattern))
     if "mla" in pattern and "chunked_local" in pattern:
         # MLA next to full / SWA / Mamba is drawn (MLA + SWA drafts are real). MLA's half-size
         # page doubles its block size next to other attention, which upstream's chunked-local
@@ -132,7 +137,8 @@ def layer_kinds(draw, *, max_layers: int = 6, kinds: Sequence[str] = ATTENTION_K
 @st.composite
 def model_specs(draw, block_size: int, max_model_len: int, *, mamba_mode: str = "none",
                 max_layers: int = 6, kinds: Sequence[str] = ATTENTION_KINDS,
-                allow_mamba: bool = True, hybrid: bool = False) -> dict[str, KVCacheSpec]:
+                allow_mamba: bool = True, hybrid: bool = False,
+                require_mamba: bool = False) -> dict[str, KVCacheSpec]:
     """Layer name -> spec for one model drawn from a spec mix (``hybrid``: of two or more kinds).
 
     Attention layers share heads x dims (tiny: 1-2 heads, 2-8 dims, so pages unify
@@ -140,7 +146,8 @@ def model_specs(draw, block_size: int, max_model_len: int, *, mamba_mode: str = 
     layers follow the hybrid page rule (``arith.hybrid_attention_block_size``): the
     attention block grows until its page covers the Mamba state, which is padded up.
     """
-    kinds_drawn = draw(layer_kinds(max_layers=max_layers, kinds=kinds, allow_mamba=allow_mamba, hybrid=hybrid))
+    kinds_drawn = draw(layer_kinds(max_layers=max_layers, kinds=kinds, allow_mamba=allow_mamba, hybrid=hybrid,
+                                   require_mamba=require_mamba))
     heads = draw(_HEADS)
     head_size = draw(_HEAD_SIZES)
     dtype = draw(_DTYPES)
@@ -236,7 +243,7 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
                   allow_auto: bool = True, max_len: int = 1024, workers: bool = True,
                   lookahead: bool = False, prefix_caching: bool | None = None,
                   hybrid: bool = False, starting: bool = False, max_blocks: int | None = None,
-                  prefix_match_unit: bool = False) -> StartupCase:
+                  prefix_match_unit: bool = False, require_mamba: bool = False) -> StartupCase:
     """A deployment whose block count lands at the startup boundary more often than not.
 
     Draws block size, max_model_len, token budget, a spec mix, a block source
@@ -250,7 +257,7 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
     ``starting`` (``delta >= 0`` only: the tightest pools that start, for properties that
     ``assume`` a started deployment and would otherwise reject the ``delta < 0`` draws),
     ``max_blocks`` (``max_model_len`` at most this many blocks of the drawn block size: pools
-    of a few blocks).
+    of a few blocks), ``require_mamba`` (a Mamba layer in every model, :func:`layer_kinds`).
     ``prefix_match_unit`` (with prefix caching and two or more groups, hash finer than the
     block: upstream's ``cache_config.prefix_match_unit``, a divisor below the gcd of the
     prefix-cacheable groups' block sizes; next to a Mamba ``align`` layer this turns on
@@ -265,7 +272,8 @@ def startup_cases(draw, *, sources: Sequence[str] = SOURCES, max_layers: int = 6
     # MambaModelConfig.verify_and_update_config: prefix caching <=> align mode.
     mamba_mode = "align" if prefix_caching else "none"
     specs = draw(model_specs(block_size, max_model_len, mamba_mode=mamba_mode, max_layers=max_layers,
-                             kinds=kinds, allow_mamba=allow_mamba, hybrid=hybrid))
+                             kinds=kinds, allow_mamba=allow_mamba, hybrid=hybrid,
+                             require_mamba=require_mamba))
     block_size = effective_block_size(specs, block_size, max_model_len, mamba_mode)
     budget = draw(_budgets(block_size))
     auto = allow_auto and draw(st.booleans()) and draw(st.booleans())

@@ -87,8 +87,8 @@ def test_fully_loaded_prompt_completes(target: Target, case: StartupCase, data) 
     assert_no_violations(completion_violations(target, plan, work, script))
 
 
-@given(case=startup_cases(allow_auto=False, max_len=128, workers=False, prefix_caching=True).filter(
-    lambda c: "mamba" in c.layer_kinds), data=st.data())
+@given(case=startup_cases(allow_auto=False, max_len=128, workers=False, prefix_caching=True, require_mamba=True),
+       data=st.data())
 @recorded
 def test_loaded_mamba_state_is_predicted(target: Target, case: StartupCase, data) -> None:
     """Mamba ``align`` layouts (prefix caching on) with the connector: every allocation with
