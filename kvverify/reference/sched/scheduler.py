@@ -107,7 +107,10 @@ class Scheduler(WaitingPass, KVTransfer):
         self._num_arrived = 0
         self.max_model_len = vllm_config.max_model_len
         self.max_num_scheduled_tokens = vllm_config.max_num_batched_tokens
-        self.max_num_running_reqs = vllm_config.max_num_seqs
+        # upstream's SchedulerConfig refuses max_num_seqs > max_num_batched_tokens; kvverify's flat
+        # config does not, and every target clamps it as a user must (the vLLM adapter too:
+        # kvverify/targets/vllm/config.py), so both run the same effective request cap
+        self.max_num_running_reqs = min(vllm_config.max_num_seqs, vllm_config.max_num_batched_tokens)
         self.num_lookahead_tokens = vllm_config.num_lookahead_tokens
         self.num_spec_tokens = vllm_config.num_speculative_tokens
         self.enable_chunked_prefill = vllm_config.enable_chunked_prefill

@@ -72,6 +72,11 @@ class UpstreamScheduler:
         with LOCK, preserved_environ():
             self.upstream = up.Scheduler(**kw)
         self.upstream.num_lookahead_tokens = plan.vllm_config.num_lookahead_tokens
+        if not caps.lookahead_property and caps.speculative_tokens_property:
+            # releases before 0.28 read num_speculative_tokens off the speculative config in the
+            # Scheduler's __init__ only (no drafter is built: it is None, so 0); set it as the
+            # lookahead is, else their waiting scan never pads and the drafter is silently lost
+            self.upstream.num_spec_tokens = plan.vllm_config.num_speculative_tokens
         self.scheduler_block_size = u.scheduler_block_size
         self.hash_block_size = u.hash_block_size
         self.kv_cache_manager = UpstreamKVCacheManager(
