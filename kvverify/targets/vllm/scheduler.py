@@ -39,6 +39,20 @@ class StepOutput:
 SCHEDULER_NEUTRAL = {"hash_block_size": None}
 
 
+def give_speculative_tokens(caps: Any, scheduler: Any, num_speculative_tokens: int) -> None:
+    """Give a release's ``Scheduler`` the config's draft tokens where nothing else does.
+
+    From 0.28 (``Compat.lookahead_property``) the config subclass of
+    :func:`kvverify.targets.vllm.config.upstream_config` answers ``num_speculative_tokens``.
+    Releases before it that have the property (0.25, 0.27) read it off the speculative config
+    in ``Scheduler.__init__`` only, and no drafter is built (it is ``None``: 0), so it is set
+    on the scheduler as the lookahead is; without this their waiting scan never padded and a
+    drafter's example silently ran without one. Releases without the property refuse such a
+    config before a scheduler is built."""
+    if not caps.lookahead_property and caps.speculative_tokens_property:
+        scheduler.num_spec_tokens = num_speculative_tokens
+
+
 class UpstreamScheduler:
     """Upstream ``Scheduler`` stepped with fake model-runner outputs.
 
@@ -72,11 +86,7 @@ class UpstreamScheduler:
         with LOCK, preserved_environ():
             self.upstream = up.Scheduler(**kw)
         self.upstream.num_lookahead_tokens = plan.vllm_config.num_lookahead_tokens
-        if not caps.lookahead_property and caps.speculative_tokens_property:
-            # releases before 0.28 read num_speculative_tokens off the speculative config in the
-            # Scheduler's __init__ only (no drafter is built: it is None, so 0); set it as the
-            # lookahead is, else their waiting scan never pads and the drafter is silently lost
-            self.upstream.num_spec_tokens = plan.vllm_config.num_speculative_tokens
+        give_speculative_tokens(caps, self.upstream, plan.vllm_config.num_speculative_tokens)
         self.scheduler_block_size = u.scheduler_block_size
         self.hash_block_size = u.hash_block_size
         self.kv_cache_manager = UpstreamKVCacheManager(
@@ -189,4 +199,4 @@ class UpstreamScheduler:
         return step_out, finished
 
 
-__all__ = ["StepOutput", "UpstreamScheduler"]
+__all__ = ["give_speculative_tokens", "StepOutput", "UpstreamScheduler"]
