@@ -34,7 +34,7 @@ def workload_violations(result: WorkloadResult, plan: StartupPlan,
     the model runner refused a step: ``WorkerError``, a sampled token past ``max_model_len``)."""
     if result.completed:
         return []
-    worker = bool(result.error) and result.error.startswith(f"{WorkerError.__name__}:")
+    worker = result.error is not None and result.error.startswith(f"{WorkerError.__name__}:")
     if worker:
         name, what = "admission.worker_raised", "the model runner refused a step the scheduler produced"
     elif result.error:
