@@ -113,7 +113,8 @@ def run_alone(vllm_config: Any, kv_cache_config: Any, num_prompt_tokens: int, ma
     num_blocks = kv_cache_config.num_blocks
     usable = int(arith.usable_blocks(num_blocks))
     budget = vllm_config.max_num_batched_tokens
-    run = _Run(models, usable, la, length, record, group_labels(kvm), num_blocks, vllm_config.max_num_seqs, budget)
+    # the scheduler's effective request cap (max_num_seqs clamped to the token budget), as the driver's
+    run = _Run(models, usable, la, length, record, group_labels(kvm), num_blocks, sched.max_num_running_reqs, budget)
 
     # step 1: the waiting pass admits (or refuses) the request on the empty pool
     probe = _Probe(request_id, num_prompt_tokens, 0)
