@@ -160,3 +160,31 @@ def test_reservation_check_catches_an_allocator_ignoring_reserved_blocks(monkeyp
          vars(kvm_module), namespace)
     monkeypatch.setattr(kvm_module.KVCacheManager, "allocate_slots", namespace["allocate_slots"])
     assert "reservation.eaten" in _fails(prop)
+
+
+def test_reservation_need_catches_a_gate_that_undercounts_the_speculative_step(monkeypatch) -> None:
+    """The async-load gate's reservation must cover what the other in-flight prefills still need,
+    their first speculative step included: the engine mutant that survived the other connector
+    properties (``_request_remaining_blocks``: ``1 + num_spec_tokens`` -> ``1 - num_spec_tokens``),
+    planted in the reference, is seen by ``reservation.short_of_inflight_need``."""
+    from kvverify.props.connector import test_connector_predictor_equals_allocator as prop
+    from kvverify.reference.sched.kv_transfer import KVTransfer
+
+    method = KVTransfer._request_remaining_blocks
+    src = textwrap.dedent(inspect.getsource(method))
+    old = "num_tokens += self.num_spec_step_tokens"
+    assert src.count(old) == 1
+    namespace: dict = {}
+    exec(compile(src.replace(old, "num_tokens += 1 - self.num_spec_tokens + self.num_lookahead_tokens"),
+                 "<planted _request_remaining_blocks>", "exec"), vars(inspect.getmodule(method)), namespace)
+    monkeypatch.setattr(KVTransfer, "_request_remaining_blocks", namespace["_request_remaining_blocks"])
+    assert "reservation.short_of_inflight_need" in _fails(prop)
+
+
+@pytest.mark.parametrize("flaw", ["async_load_unreserved", "spec_blocks_unreserved_after_load"])
+def test_reservation_need_catches_the_unreserved_gates(flaw) -> None:
+    """#45388's gate missing and #57104's speculative step left out of the other loads' need."""
+    from kvverify.props.connector import test_connector_predictor_equals_allocator as prop
+
+    with flaws.enabled(flaw):
+        assert "reservation.short_of_inflight_need" in _fails(prop)

@@ -11,6 +11,9 @@ waiting for a block the others hold).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, Protocol
+
 from kvverify.invariants.base import Violation
 
 
@@ -24,4 +27,98 @@ def check_reservations(records: list[tuple[int, int, int]]) -> list[Violation]:
     return []
 
 
-__all__ = ["check_reservations"]
+class ReservingScheduler(Protocol):
+    """What :class:`InflightNeedRecorder` reads off a connector scheduler (both targets)."""
+
+    @property
+    def kv_cache_manager(self) -> Any: ...
+
+    @property
+    def requests(self) -> Any: ...
+
+    def inflight_prefill_ids(self) -> tuple[str, ...] | None:
+        """Upstream ``_inflight_prefills``; ``None`` on a release before #44560."""
+        ...
+
+    def num_blocks_to_hold(self, request_id: str, num_tokens: int) -> int:
+        """The coordinator's prediction for ``request_id`` to hold ``num_tokens`` (admission cap on)."""
+        ...
+
+
+@dataclass(frozen=True)
+class LoadAdmission:
+    """One async load's ``allocate_slots`` call: what it was told to reserve, and what the
+    in-flight prefills it stood behind still needed at that moment."""
+
+    request_id: str
+    reserved_blocks: int
+    #: ``(request id, blocks it still needs)`` for each in-flight prefill with a need
+    needs: tuple[tuple[str, int], ...]
+
+    @property
+    def need(self) -> int:
+        return sum(n for _, n in self.needs)
+
+
+def _status(request: Any) -> str:
+    return str(getattr(request.status, "name", request.status)).upper()
+
+
+class InflightNeedRecorder:
+    """Wraps a connector scheduler's ``kv_cache_manager.allocate_slots``: at every async load's
+    call (``delay_cache_blocks=True``), before it runs, what each in-flight prefill still needs to
+    hold its whole sequence (``min(num_tokens, max_model_len)``) and, with speculative decoding,
+    the slots of its first speculative step (``1 + num_speculative_tokens + num_lookahead_tokens``).
+
+    The in-flight prefills are upstream's ``_inflight_prefills`` (chunked prefills that will still
+    be prefilling after their chunk, loads in flight); on a release without that set (before
+    #44560) the parked loads (``WAITING_FOR_REMOTE_KVS``), the requests a load can strand."""
+
+    def __init__(self, scheduler: ReservingScheduler, *, max_model_len: int, num_speculative_tokens: int,
+                 num_lookahead_tokens: int) -> None:
+        self.admissions: list[LoadAdmission] = []
+        step = 1 + num_speculative_tokens + num_lookahead_tokens if num_speculative_tokens else 0
+        kvm = scheduler.kv_cache_manager
+        original = kvm.allocate_slots
+
+        def allocate_slots(request: Any, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("delay_cache_blocks"):
+                ids = scheduler.inflight_prefill_ids()
+                requests = scheduler.requests
+                if ids is None:
+                    ids = tuple(sorted(rid for rid, r in requests.items()
+                                       if _status(r) == "WAITING_FOR_REMOTE_KVS"))
+                needs = []
+                for rid in ids:
+                    if rid == request.request_id or rid not in requests:
+                        continue
+                    full = min(requests[rid].num_tokens, max_model_len)
+                    n = scheduler.num_blocks_to_hold(rid, full + step)
+                    if n:
+                        needs.append((rid, n))
+                self.admissions.append(LoadAdmission(request.request_id,
+                                                     int(kwargs.get("reserved_blocks", 0) or 0), tuple(needs)))
+            return original(request, *args, **kwargs)
+
+        kvm.allocate_slots = allocate_slots
+
+
+def check_reservation_covers_inflight(admissions: list[LoadAdmission]) -> list[Violation]:
+    """The async-load gate (#44560, with #57104's speculative step) must reserve at least what the
+    other in-flight prefills still need: a load admitted into those blocks holds them for its whole
+    transfer, unpreemptible, while a prefill behind it waits for them — the deadlock of #45387 /
+    #45388, or a predictable preemption. Guards ``async_load_unreserved``,
+    ``spec_blocks_unreserved_after_load``, and a reservation that under-counts a prefill's
+    speculative step (the engine mutant ``_request_remaining_blocks``: ``1 - num_spec_tokens``)."""
+    for i, a in enumerate(admissions):
+        if a.reserved_blocks < a.need:
+            return [Violation("reservation.short_of_inflight_need",
+                              "an async load was admitted with a reservation smaller than what the "
+                              "in-flight prefills still need",
+                              {"admission": i, "request": a.request_id, "reserved_blocks": a.reserved_blocks,
+                               "inflight_need": a.need, "needs": dict(a.needs)})]
+    return []
+
+
+__all__ = ["InflightNeedRecorder", "LoadAdmission", "ReservingScheduler", "check_reservation_covers_inflight",
+           "check_reservations"]

@@ -8,7 +8,9 @@ upstream's Scheduler) with one or two batches in flight and speculative configs,
 * every admitted request finishes — the liveness oracle is the driver's progress detector,
   which never calls a pending transfer a stall (#45387/#45388, #45406/#57841, #57104, #53130);
 * request slots are conserved after every step (:mod:`kvverify.invariants.slots`);
-* predictor == allocator with external tokens and reservations, and the per-step bounds;
+* predictor == allocator with external tokens and reservations, each async load's reservation
+  covering what the other in-flight prefills still need (:mod:`kvverify.invariants.reservations`),
+  and the per-step bounds;
 * no zero-progress preemption while frees are fenced (#49674 / #49675).
 """
 
@@ -27,7 +29,7 @@ from kvverify.invariants.admission import workload_violations
 from kvverify.invariants.allocation import AllocationRecorder, check_allocations
 from kvverify.invariants.base import Violation
 from kvverify.invariants.preemption import check_no_zero_progress_preemption, in_flight_at_last_schedule
-from kvverify.invariants.reservations import check_reservations
+from kvverify.invariants.reservations import InflightNeedRecorder, check_reservation_covers_inflight, check_reservations
 from kvverify.invariants.scheduling import check_step_budgets, check_step_requests
 from kvverify.invariants.slots import check_request_slots
 from kvverify.props.known import check_or_known
@@ -165,15 +167,20 @@ def allocation_violations(target: Target, plan: StartupPlan, workload: Sequence[
         return []  # not started: nothing admitted (a fix that refuses it at startup explains it)
     sched = target.connector_scheduler(plan, script)
     recorder = AllocationRecorder(sched.kv_cache_manager)
+    cfg = plan.vllm_config
+    needs = InflightNeedRecorder(sched, max_model_len=cfg.max_model_len,  # type: ignore[arg-type]
+                                 num_speculative_tokens=cfg.num_speculative_tokens,
+                                 num_lookahead_tokens=cfg.num_lookahead_tokens)
     found: list[Violation] = []
 
     def on_step(s: SchedulerLike, step: int) -> None:
         if not found:
-            found.extend(check_step_requests(s, plan.vllm_config.max_num_seqs, step,
-                                             plan.vllm_config.num_speculative_tokens))
+            found.extend(check_step_requests(s, cfg.max_num_seqs, step, cfg.num_speculative_tokens))
 
     result = target.run_connector_workload(plan, workload, script, scheduler=sched, on_step=on_step)
     found += check_allocations(recorder.records) + check_reservations(recorder.reservations)
+    found += check_reservation_covers_inflight(needs.admissions)
+    event("async load behind an in-flight need: " + ("yes" if any(a.need for a in needs.admissions) else "no"))
     found += check_step_budgets(result.trace, plan.vllm_config.max_num_batched_tokens)
     if result.error:
         found.append(Violation("allocation.raised", "an admitted step raised from the pool",

@@ -346,6 +346,12 @@ def _check_kv_connector(target: Target, config: VllmConfig, specs: dict[str, KVC
         if missing:
             problems.append(f"connector_scheduler: lacks {missing}")
             return
+        from kvverify.invariants.reservations import ReservingScheduler
+
+        missing = missing_members(sched, ReservingScheduler)
+        if missing:  # the in-flight reservation check (reservation.short_of_inflight_need) reads them
+            problems.append(f"connector_scheduler: lacks {missing}")
+            return
         if sched.has_pending_external_events():
             problems.append("connector_scheduler: a fresh scheduler has no pending transfer")
         result = call("run_connector_workload", lambda: target.run_connector_workload(

@@ -506,6 +506,22 @@ class Scheduler(WaitingPass, KVTransfer):
 
     # -- views --
 
+    def inflight_prefill_ids(self) -> tuple[str, ...] | None:
+        """The requests the async-load gate reserves blocks for (upstream ``_inflight_prefills``:
+        chunked prefills still prefilling after their chunk, async loads in flight)."""
+        return tuple(sorted(self._inflight_prefills))
+
+    def num_blocks_to_hold(self, request_id: str, num_tokens: int) -> int:
+        """The blocks request ``request_id`` must still get to hold ``num_tokens`` tokens, nothing
+        new computed, the admission cap applied: the coordinator's ``get_num_blocks_to_allocate``
+        (the primitive upstream's ``_request_remaining_blocks`` asks)."""
+        request = self.requests[request_id]
+        kvm = self.kv_cache_manager
+        n: int = kvm.coordinator.get_num_blocks_to_allocate(
+            request_id, num_tokens, kvm.empty_kv_cache_blocks.blocks, 0, request.num_computed_tokens,
+            min(request.num_tokens, self.max_model_len), apply_admission_cap=True)
+        return n
+
     def kv_transfer_state(self) -> tuple[object, ...]:
         """What the stall fingerprint must add to the queues and the pool: the connector, the
         parked and deferred requests, the fences, the batches in flight."""

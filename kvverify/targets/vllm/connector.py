@@ -165,6 +165,29 @@ class ConnectorScheduler(UpstreamScheduler):
                     or getattr(self.upstream, "finished_recving_kv_req_ids", ())
                     or (self.state is not None and self.state.has_pending_work()))
 
+    def inflight_prefill_ids(self) -> tuple[str, ...] | None:
+        """Upstream ``_inflight_prefills`` (#44560), ``None`` on a release without it."""
+        inflight = getattr(self.upstream, "_inflight_prefills", None)
+        return None if inflight is None else tuple(sorted(r.request_id for r in inflight))
+
+    def num_blocks_to_hold(self, request_id: str, num_tokens: int) -> int:
+        """The coordinator's ``get_num_blocks_to_allocate`` for ``request_id`` to hold ``num_tokens``,
+        nothing new computed, the admission cap applied (the keywords the release has)."""
+        from kvverify.targets.vllm.runtime import GATE_DROPPABLE
+
+        sched = self.upstream
+        r = sched.requests[request_id]
+        kvm = sched.kv_cache_manager
+        full = min(r.num_tokens, int(sched.max_model_len))
+        kw: dict[str, Any] = dict(request_id=request_id, num_tokens=num_tokens,
+                                  new_computed_blocks=kvm.empty_kv_cache_blocks.blocks, num_encoder_tokens=0,
+                                  total_computed_tokens=r.num_computed_tokens,
+                                  num_local_computed_tokens=r.num_computed_tokens, num_tokens_main_model=full,
+                                  apply_admission_cap=True, prefill_end=max(r.num_prompt_tokens, r.num_tokens - 1))
+        known = self.caps.params.get("get_num_blocks_to_allocate", frozenset())
+        kw = {k: v for k, v in kw.items() if k in known or k not in GATE_DROPPABLE}
+        return int(kvm.coordinator.get_num_blocks_to_allocate(**kw))
+
     def kv_transfer_state(self) -> tuple[object, ...]:
         sched = self.upstream
         processed = int(getattr(sched, "processed_step_seq", 0))
