@@ -261,6 +261,21 @@ CATALOG: dict[str, Flaw] = {f.name: f for f in (
          budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
          regression="kvverify.zoo_cases.spec_pad_leaves_no_sampled_slot",
          no_lemma=_NO_LEMMA_SCHED),
+    Flaw(name="spec_pad_rescheduled_negative",
+         upstream="0.25.0 - 0.27.1 running loop (skips only num_new_tokens == 0; the count is clamped at 0 "
+                  "from 0.28.0, Scheduler._reserve_prefill_lookahead); the class of #35978 / #53962",
+         symptom="speculative decoding with two batches in flight (pipeline parallelism's batch queue): the "
+                 "engine dies on its next step with AssertionError (update_from_output: num_tokens_scheduled "
+                 "> 0), a negative token count reaching the model runner",
+         defect="the waiting scan pads a new one-token decode to 1 + num_spec_tokens, so its computed tokens "
+                "run past its tokens until the step's output returns; scheduled again while that batch is "
+                "in flight, its count num_tokens_with_spec - num_computed_tokens is negative, and the "
+                "running loop skips only a count of 0",
+         switched_in="kvverify/reference/sched/scheduler.py",
+         caught_by="kvverify.props.connector.test_connector_workload_completes",
+         budget=Budget(examples=300, shrunk_len=256, shrunk_blocks=64),
+         regression="kvverify.zoo_cases.spec_pad_rescheduled_negative",
+         no_lemma=_NO_LEMMA_SCHED),
     Flaw(name="delayed_free_idles_engine",
          upstream="#43433 (fixed in 0.22.0; see also #46502 / #46579)",
          symptom="a KV connector that delays a finished request's block free (an async send): once "

@@ -245,6 +245,19 @@ def spec_pad_leaves_no_sampled_slot() -> list[Violation]:
     return _connector(config, {"l0": full()}, [_prompt("r0", 10000, 15, max_tokens=1)], script)
 
 
+def spec_pad_rescheduled_negative() -> list[Violation]:
+    # B = 16, one speculative token, two batches in flight: a 15-token prompt whose first 14 tokens
+    # the connector loads synchronously is a new one-token decode, padded to 1 + 1 placeholders
+    # (16 computed of 15 tokens until the step's output returns). The next step, batch 1 still in
+    # flight, its count is 15 - 16 = -1: the pin skips it; 0.25 - 0.27 skipped only 0 and sent -1 to
+    # the model runner (np.repeat raises, update_from_output asserts): worker_raised
+    config = VllmConfig(block_size=16, max_model_len=64, max_num_batched_tokens=2048, num_gpu_blocks_override=6,
+                        kv_connector=True, enable_prefix_caching=False, num_speculative_tokens=1,
+                        max_concurrent_batches=2)
+    script = ConnectorScript.of({"r0": RequestScript(hit_tokens=14, load_steps=0)})
+    return _connector(config, {"l0": full()}, [_prompt("r0", 10000, 15, max_tokens=2)], script)
+
+
 def delayed_free_idles_engine() -> list[Violation]:
     # two batches in flight, 2 blocks of 16 (1 usable): r0 and r1 (15 tokens each, 14 held by the
     # connector, loaded in one step) run one after the other; r1 finishes last and the connector

@@ -144,7 +144,13 @@ def slot_violations(target: Target, plan: StartupPlan, workload: Sequence[Worklo
         result = target.run_connector_workload(plan, workload, script, scheduler=sched, on_step=on_step)
     except _Stop:
         return found
-    return check_request_slots(sched, added, sched.finished, result.steps)
+    return check_request_slots(sched, added, sched.finished, result.steps) or _raised(result, plan, workload)
+
+
+def _raised(result: Any, plan: StartupPlan, workload: Sequence[WorkloadSpec]) -> list[Violation]:
+    """A run the engine ended by raising (the allocator, or the model runner refusing a step:
+    ``WorkerError``) fails whatever the property watched: its observation stops there."""
+    return workload_violations(result, plan, workload) if result.error else []
 
 
 class _Stop(Exception):
@@ -211,8 +217,8 @@ def preemption_violations(target: Target, plan: StartupPlan, workload: Sequence[
             found.extend(check_no_zero_progress_preemption(
                 scheduled.preempted_reqs, in_flight_at_last_schedule(s), s.defer_block_free, step))
 
-    target.run_connector_workload(plan, workload, script, scheduler=sched, on_step=on_step)
-    return found
+    result = target.run_connector_workload(plan, workload, script, scheduler=sched, on_step=on_step)
+    return found or _raised(result, plan, workload)
 
 
 @given(case=connector_cases(batches=(2,), connector_off=False), data=st.data())

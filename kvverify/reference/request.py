@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from kvverify.errors import MAX_TOKENS, ConfigError, KVVerifyError, WorkerError
 from kvverify.reference.validation import require_int
@@ -52,6 +52,20 @@ def check_sampled_within_max_model_len(num_computed_tokens: int, max_model_len: 
     if num_computed_tokens + 1 > max_model_len:
         raise WorkerError("Sampled token IDs exceed the max model length. Total number of tokens: "
                           f"{num_computed_tokens + 1} > max_model_len: {max_model_len}")
+
+
+def check_scheduled_token_counts(num_scheduled_tokens: Mapping[str, int]) -> None:
+    """The model runner takes a positive token count for every request a step schedules
+    (upstream's GPU model runner expands the counts with ``np.repeat``, which raises on a negative
+    one, and ``Scheduler.update_from_output`` asserts ``num_tokens_scheduled > 0``): a scheduler
+    that schedules a request for ``<= 0`` tokens kills the engine (0.25 - 0.27: a padded new decode
+    scheduled again while its batch is in flight, flaw ``spec_pad_rescheduled_negative``). Raises
+    :class:`~kvverify.errors.WorkerError`; every fake worker runs it."""
+    for rid, n in num_scheduled_tokens.items():
+        if n <= 0:
+            raise WorkerError(f"scheduled {n} tokens for request {rid}: the model runner takes a positive count "
+                              "(np.repeat: repeats may not contain negative values; update_from_output asserts "
+                              "num_tokens_scheduled > 0)")
 
 
 class Request:

@@ -42,10 +42,11 @@ from kvverify import flaws
 from kvverify.errors import ConfigError
 from kvverify.reference.config import VllmConfig
 from kvverify.reference.connector import ConnectorMeta, ConnectorScript, ScriptedConnectorState, TransferResults
-from kvverify.reference.kv_cache_manager import KVCacheManager
+from kvverify.reference.kv_cache_manager import KVCacheBlocks, KVCacheManager
 from kvverify.reference.managers import behaviour_spec
 from kvverify.reference.ops import cdiv
-from kvverify.reference.request import Request, RequestStatus, check_sampled_within_max_model_len, fake_output_token
+from kvverify.reference.request import (Request, RequestStatus, check_sampled_within_max_model_len,
+                                        check_scheduled_token_counts, fake_output_token)
 from kvverify.reference.sched import request_queue as rq
 from kvverify.reference.sched.engine import BatchQueue, EngineStep, engine_step
 from kvverify.reference.sched.fences import BlockFreeFence
@@ -310,10 +311,17 @@ class Scheduler(WaitingPass, KVTransfer):
                           self.max_model_len - request.num_computed_tokens - 1)
             if self.need_mamba_block_aligned_split:
                 num_new = self._mamba_block_aligned_split(request, num_new)
-            if num_new <= 0:
+            # upstream skips a request with nothing to schedule; 0.25 - 0.27 skipped only
+            # ``== 0``, so a padded new decode whose batch is still in flight (computed past its
+            # tokens by the pad) went out with a negative count (flaw spec_pad_rescheduled_negative)
+            if num_new == 0 or (num_new < 0 and not flaws.is_on("spec_pad_rescheduled_negative")):
                 req_index += 1
                 continue
+            new_blocks: KVCacheBlocks | None = None
             while True:
+                if num_new < 0:  # the flaw: upstream's allocate_slots allocates nothing for it
+                    new_blocks = kvm.empty_kv_cache_blocks
+                    break
                 new_blocks = kvm.allocate_slots(request, num_new,
                                                 num_lookahead_tokens=self.num_lookahead_tokens)
                 if new_blocks is not None:
@@ -376,6 +384,7 @@ class Scheduler(WaitingPass, KVTransfer):
         token (where the model runner would: within ``max_model_len``, else it raises,
         :func:`~kvverify.reference.request.check_sampled_within_max_model_len`); the
         connector's worker half starts and advances its transfers."""
+        check_scheduled_token_counts(out.num_scheduled_tokens)
         sampled = {rid: [fake_output_token(rid, self.requests[rid].num_tokens)]
                    for rid in out.num_scheduled_tokens
                    if self.requests[rid].num_computed_tokens >= self.requests[rid].num_tokens}

@@ -24,7 +24,7 @@ from typing import Any
 from kvverify.errors import PoolExhaustedError
 from kvverify.reference.connector import ConnectorMeta, ConnectorScript, ScriptedConnectorState
 from kvverify.reference.planner import StartupPlan
-from kvverify.reference.request import check_sampled_within_max_model_len, fake_output_token
+from kvverify.reference.request import check_sampled_within_max_model_len, check_scheduled_token_counts, fake_output_token
 from kvverify.reference.sched.engine import BatchQueue, engine_step
 from kvverify.targets.vllm.env import upstream
 from kvverify.targets.vllm.transfer import CONNECTOR_NAME, MODULE_PATH, SCRIPT_KEY, transfer_config
@@ -227,6 +227,7 @@ class ConnectorScheduler(UpstreamScheduler):
         up = self.target.up
         sched = self.upstream
         rids = list(out.num_scheduled_tokens)
+        check_scheduled_token_counts(out.num_scheduled_tokens)  # the model runner's (np.repeat) and update's
         sampled = {rid: [fake_output_token(rid, sched.requests[rid].num_tokens)] for rid in rids
                    if sched.requests[rid].num_computed_tokens >= sched.requests[rid].num_tokens}
         for rid in sampled:  # the model runner's own check (an engine-killing RuntimeError upstream)

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from kvverify.errors import ConfigError
 from kvverify.reference.planner import StartupPlan
-from kvverify.reference.request import Request, check_sampled_within_max_model_len, fake_output_token
+from kvverify.reference.request import (Request, check_sampled_within_max_model_len, check_scheduled_token_counts,
+                                        fake_output_token)
 from kvverify.targets.vllm import compat
 from kvverify.targets.vllm.env import LOCK, preserved_environ
 from kvverify.targets.vllm.refusals import unsupported
@@ -173,6 +174,7 @@ class UpstreamScheduler:
         self.current_step += 1
         out = sched.schedule()
         rids = list(out.num_scheduled_tokens)
+        check_scheduled_token_counts(dict(out.num_scheduled_tokens))
         if self.caps.shared_prefix_boundary:
             self.junction_stops += sum(1 for rid in rids if sched.requests[rid].shared_prefix_boundary)
         sampled: list[list[int]] = []
