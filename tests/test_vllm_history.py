@@ -155,6 +155,34 @@ def test_detect_names_the_symbol_a_dev_build_renamed() -> None:
         compat.detect("0.33.1.dev3+g1a2b3c4", mods)
 
 
+def test_detect_names_a_renamed_transfer_state_attribute() -> None:
+    """The connector adapter's stall fingerprint reads the Scheduler's transfer state through
+    ``Compat.transfer_state``: a dev build that renamed ``deferred_frees`` is drift naming it, not a
+    fingerprint that silently leaves the fenced frees out (two states that differ would look alike)."""
+    mods = _complete_new_release()
+    pin = mods["vllm.v1.core.sched.scheduler"].Scheduler
+
+    class Scheduler:  # the pin's, with deferred_frees renamed
+        def __init__(self, vllm_config, kv_cache_config, structured_output_manager, block_size,
+                     hash_block_size=None, log_stats=False):
+            self.kv_holding_waiting: list = []
+            self._spec_decode_step_blocks = 0
+            self.finished_recving_kv_req_ids: set = set()
+            self.failed_recving_kv_req_ids: set = set()
+            self.processed_step_seq = self.sched_step_seq = 0
+            self.fenced_frees: list = []
+            self.defer_block_free = False
+            self._inflight_prefills: set = set()
+            self.deferred_waiting: set = set()
+
+        schedule = pin.schedule
+
+    mods["vllm.v1.core.sched.scheduler"].Scheduler = Scheduler
+    with pytest.raises(compat.DriftError, match=r"Scheduler\.deferred_frees"):
+        compat.detect("0.33.1.dev3+g1a2b3c4", mods)
+    assert "deferred_frees" in compat.detect("0.33.1.dev3+g1a2b3c4", _complete_new_release()).transfer_state
+
+
 def test_detect_says_when_it_is_not_a_v1_engine() -> None:
     mods = _complete_new_release()
     mods["vllm.v1.kv_cache_interface"] = None

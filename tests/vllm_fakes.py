@@ -76,6 +76,14 @@ def new_release() -> Modules:
                      hash_block_size=None, log_stats=False):
             self.kv_holding_waiting: list = []
             self._spec_decode_step_blocks = 0
+            # the KV-transfer state the connector adapter reads (compat.TRANSFER_STATE_ATTRS)
+            self.finished_recving_kv_req_ids: set = set()
+            self.failed_recving_kv_req_ids: set = set()
+            self.processed_step_seq = self.sched_step_seq = 0
+            self.deferred_frees: list = []
+            self.defer_block_free = False
+            self._inflight_prefills: set = set()
+            self.deferred_waiting: set = set()
 
         def schedule(self, scheduled_running_reqs=(), num_computed_tokens=0):
             pad_spec_decode = False

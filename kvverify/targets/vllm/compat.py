@@ -266,6 +266,15 @@ class _Release:
                 yield name, value
 
 
+#: the upstream Scheduler's KV-transfer state the connector adapter reads (its stall fingerprint,
+#: ``has_pending_external_events``, the in-flight reservation check): the connector's landed and
+#: failed loads (0.18+), the deferred frees and their step fences, the in-flight prefills and
+#: ``defer_block_free`` (0.25+), the deferred waiting requests (0.31+); history.py places each
+TRANSFER_STATE_ATTRS: tuple[str, ...] = (
+    "finished_recving_kv_req_ids", "failed_recving_kv_req_ids", "processed_step_seq", "sched_step_seq",
+    "deferred_frees", "defer_block_free", "_inflight_prefills", "deferred_waiting")
+
+
 @dataclasses.dataclass(frozen=True)
 class Compat:
     """What the installed release can do, and where its functions live (:func:`detect`)."""
@@ -321,6 +330,10 @@ class Compat:
     kv_supports_hma: bool = False      # SupportsHMA (request_finished_all_groups)
     #: the async-load gate's ``_spec_decode_step_blocks`` (#57104)
     kv_spec_step_blocks: bool = False
+    #: the Scheduler's transfer-state attributes (:data:`TRANSFER_STATE_ATTRS`) this release sets:
+    #: what the adapter's stall fingerprint and the in-flight reservation check read. Each one is
+    #: probed, so a release that lacks one the history does not explain is drift, not a default
+    transfer_state: frozenset[str] = frozenset()
     #: the waiting scan pads a new one-token decode to ``1 + num_speculative_tokens`` (``pad_spec_decode``)
     spec_decode_padding: bool = False
     #: ... also with nothing running (``scheduled_running_reqs or num_computed_tokens > 0``, >= 0.31)
@@ -502,6 +515,7 @@ def detect(version: str, modules: Mapping[str, ModuleType | None]) -> Compat:
         kv_failed_recving=kv_output is not None and "failed_recving" in params(kv_output),
         kv_supports_hma=r.symbol(_CONNECTOR, "SupportsHMA") is not None,
         kv_spec_step_blocks=kv_connector and r.sets(_SCHED, "Scheduler", "_spec_decode_step_blocks"),
+        transfer_state=frozenset(n for n in TRANSFER_STATE_ATTRS if kv_connector and r.sets(_SCHED, "Scheduler", n)),
         speculative_tokens_property=r.has_property("vllm.config", "VllmConfig", "num_speculative_tokens"),
         spec_decode_padding=r.mentions(_SCHED, "Scheduler", "schedule", "pad_spec_decode"),
         # 0.31: a new one-token decode is padded with nothing running too (a re-sent cached prompt)

@@ -132,6 +132,12 @@ class ConnectorScheduler(UpstreamScheduler):
 
     # -- what the driver and the invariants read (upstream's names) --
 
+    def _state(self, name: str, absent: Any) -> Any:
+        """Upstream Scheduler attribute ``name`` of :data:`~.compat.TRANSFER_STATE_ATTRS`, or
+        ``absent`` where the release lacks it (``Compat.transfer_state``: probed at detection, an
+        absence the history does not explain is a ``DriftError`` there, never a default here)."""
+        return getattr(self.upstream, name) if name in self.caps.transfer_state else absent
+
     @property
     def waiting(self) -> list[Any]:
         return list(getattr(self.upstream, self.caps.waiting_queues()[1]))
@@ -153,7 +159,7 @@ class ConnectorScheduler(UpstreamScheduler):
 
     @property
     def defer_block_free(self) -> bool:
-        return bool(getattr(self.upstream, "defer_block_free", False))
+        return bool(self._state("defer_block_free", False))
 
     def has_requests(self) -> bool:
         return bool(self.upstream.has_requests())
@@ -162,12 +168,12 @@ class ConnectorScheduler(UpstreamScheduler):
         """A batch in flight, a transfer in flight or about to start, a landed load not yet promoted,
         or a transfer report the last output carried (see the reference scheduler's)."""
         return bool(len(self.batch_queue) or self._transfer_reported
-                    or getattr(self.upstream, "finished_recving_kv_req_ids", ())
+                    or self._state("finished_recving_kv_req_ids", ())
                     or (self.state is not None and self.state.has_pending_work()))
 
     def inflight_prefill_ids(self) -> tuple[str, ...] | None:
         """Upstream ``_inflight_prefills`` (#44560), ``None`` on a release without it."""
-        inflight = getattr(self.upstream, "_inflight_prefills", None)
+        inflight = self._state("_inflight_prefills", None)
         return None if inflight is None else tuple(sorted(r.request_id for r in inflight))
 
     def num_blocks_to_hold(self, request_id: str, num_tokens: int) -> int:
@@ -190,7 +196,8 @@ class ConnectorScheduler(UpstreamScheduler):
 
     def kv_transfer_state(self) -> tuple[object, ...]:
         sched = self.upstream
-        processed = int(getattr(sched, "processed_step_seq", 0))
+        state = self._state
+        processed = int(state("processed_step_seq", 0))
 
         def ahead(seq: int) -> int:
             return max(int(seq) - processed, 0)
@@ -200,14 +207,14 @@ class ConnectorScheduler(UpstreamScheduler):
                     getattr(r, "num_in_flight_tokens", 0), getattr(r, "num_stale_output_tokens", 0),
                     getattr(r, "drop_stale_output", False), ahead(getattr(r, "last_sched_seq", 0)))
 
-        fences = (ahead(getattr(sched, "sched_step_seq", 0)),
+        fences = (ahead(state("sched_step_seq", 0)),
                   tuple((ahead(fence), tuple(b.block_id for b in blocks))
-                        for fence, blocks in getattr(sched, "deferred_frees", ())))
+                        for fence, blocks in state("deferred_frees", ())))
         return (tuple(req(r) for r in self.kv_holding_waiting),
-                tuple(sorted(r.request_id for r in getattr(sched, "deferred_waiting", ()))),
-                tuple(sorted(getattr(sched, "finished_recving_kv_req_ids", ()))),
-                tuple(sorted(getattr(sched, "failed_recving_kv_req_ids", ()))),
-                tuple(sorted(r.request_id for r in getattr(sched, "_inflight_prefills", ()))),
+                tuple(sorted(r.request_id for r in state("deferred_waiting", ()))),
+                tuple(sorted(state("finished_recving_kv_req_ids", ()))),
+                tuple(sorted(state("failed_recving_kv_req_ids", ()))),
+                tuple(sorted(r.request_id for r in state("_inflight_prefills", ()))),
                 tuple(sorted(sched.requests)), fences,
                 self.state.state() if self.state is not None else (),
                 self.batch_queue.state(lambda out, mro: (

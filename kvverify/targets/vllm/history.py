@@ -52,7 +52,9 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         f"{_CONNECTOR}.KVConnectorBase_V1", f"{_CONNECTOR}.SupportsHMA",
     })),
     ("0.18.1", frozenset({f"{_UTILS}._project_kv_cache_groups_to_worker", f"{_SCHED}.skipped_waiting",
-                          "vllm.config.VllmConfig.num_speculative_tokens"})),
+                          "vllm.config.VllmConfig.num_speculative_tokens",
+                          # the connector's landed / failed loads (Compat.transfer_state)
+                          f"{_SCHED}.finished_recving_kv_req_ids", f"{_SCHED}.failed_recving_kv_req_ids"})),
     ("0.19.1", frozenset({f"{_MANAGER}.can_fit_full_sequence"})),
     ("0.20.0", frozenset({
         f"{_UTILS}.resolve_kv_cache_block_sizes",
@@ -65,7 +67,10 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         "vllm.v1.core.single_type_kv_cache_manager.register_all_kvcache_specs",
         f"{_MANAGER}.allocate_slots(full_sequence_must_fit)",
     })),
-    ("0.25.0", frozenset({f"{_SCHED}.schedule:pad_spec_decode"})),
+    ("0.25.0", frozenset({f"{_SCHED}.schedule:pad_spec_decode",
+                          # fenced (deferred) frees and the async-load gate's in-flight prefills (#44560)
+                          f"{_SCHED}.processed_step_seq", f"{_SCHED}.sched_step_seq", f"{_SCHED}.deferred_frees",
+                          f"{_SCHED}.defer_block_free", f"{_SCHED}._inflight_prefills"})),
     ("0.27.1", frozenset({"vllm.config.VllmConfig.max_in_flight_tokens", "vllm.v1.request.Request.shared_prefix_boundary"})),
     ("0.28.0", frozenset({"vllm.config.VllmConfig.num_lookahead_tokens"})),
     ("0.29.0", frozenset({
@@ -74,6 +79,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     })),
     ("0.31.0", frozenset({"vllm.config.VllmConfig.num_prefill_lookahead_tokens",
                           "vllm.v1.core.sched.scheduler.Scheduler.kv_holding_waiting",
+                          f"{_SCHED}.deferred_waiting",
                           # the async-load gate's speculative step (#57104): a method in 0.31.0,
                           # an int computed per group from 0.32.0
                           "vllm.v1.core.sched.scheduler.Scheduler._spec_decode_step_blocks",
