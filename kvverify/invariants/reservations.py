@@ -7,6 +7,11 @@ parked loads the reservation stands for can still finish. A call that pulls more
 prediction, or whose per-step check forgets ``R``, lets a load take the blocks another
 request needs: the deadlock of #45387 / #45388 (nothing running, every parked request
 waiting for a block the others hold).
+
+That the reservation is *enough* is the second check (:func:`check_reservation_covers_inflight`):
+``R`` must cover what the other in-flight prefills still need to hold their whole sequence and,
+with speculative decoding, their first speculative step, computed here from the coordinator's
+prediction, not read off the gate's own arithmetic, so a gate that under-counts is seen.
 """
 
 from __future__ import annotations
