@@ -36,6 +36,10 @@ CATALOG: dict[str, Behaviour] = {b.name: b for b in (
               "the waiting scan pads a new one-token decode only when a running request was scheduled "
               "this step (``scheduled_running_reqs and not prefill_scheduled``); 0.31 also pads a "
               "request with computed tokens when nothing runs (a landed load, a resumed request)"),
+    Behaviour("no_full_sequence_gate", "<= 0.18",
+              "the waiting scan admits a request whose first chunk allocates: no full-sequence gate "
+              "(``KVCacheManager.can_fit_full_sequence`` from 0.19, ``allocate_slots(full_sequence_must_fit)`` "
+              "from 0.20)"),
 )}
 
 _SWITCHES = Switches("behaviour", CATALOG)
@@ -48,8 +52,11 @@ only = _SWITCHES.only  #: exactly these rules on (a replay shaped like one relea
 
 def for_compat(caps: Any) -> frozenset[str]:
     """The rules a release follows, from its detected capabilities (a ``Compat``)."""
+    rules: set[str] = set()
     if not caps.spec_decode_padding:
-        return frozenset({"no_spec_decode_padding"})
-    if not caps.spec_decode_padding_idle:
-        return frozenset({"spec_pad_behind_running_only"})
-    return frozenset()
+        rules.add("no_spec_decode_padding")
+    elif not caps.spec_decode_padding_idle:
+        rules.add("spec_pad_behind_running_only")
+    if caps.admission_gate == "none":
+        rules.add("no_full_sequence_gate")
+    return frozenset(rules)

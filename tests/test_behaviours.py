@@ -41,14 +41,39 @@ def test_the_pin_pads_an_idle_decode_and_older_rules_do_not() -> None:
 
 
 def test_a_release_follows_the_rules_its_capabilities_imply() -> None:
-    pin = SimpleNamespace(spec_decode_padding=True, spec_decode_padding_idle=True)
-    mid = SimpleNamespace(spec_decode_padding=True, spec_decode_padding_idle=False)
-    old = SimpleNamespace(spec_decode_padding=False, spec_decode_padding_idle=False)
+    pin = SimpleNamespace(spec_decode_padding=True, spec_decode_padding_idle=True,
+                          admission_gate="full_sequence_must_fit")
+    mid = SimpleNamespace(spec_decode_padding=True, spec_decode_padding_idle=False,
+                          admission_gate="full_sequence_must_fit")
+    old = SimpleNamespace(spec_decode_padding=False, spec_decode_padding_idle=False,
+                          admission_gate="can_fit_full_sequence")
+    oldest = SimpleNamespace(spec_decode_padding=False, spec_decode_padding_idle=False, admission_gate="none")
     assert behaviours.for_compat(pin) == frozenset()
     assert behaviours.for_compat(mid) == {"spec_pad_behind_running_only"}
     assert behaviours.for_compat(old) == {"no_spec_decode_padding"}
-    for rules in map(behaviours.for_compat, (pin, mid, old)):
+    assert behaviours.for_compat(oldest) == {"no_spec_decode_padding", "no_full_sequence_gate"}
+    for rules in map(behaviours.for_compat, (pin, mid, old, oldest)):
         assert set(rules) <= set(behaviours.CATALOG)
+
+
+def test_without_the_full_sequence_gate_a_request_whose_first_chunk_fits_is_admitted() -> None:
+    """<= 0.18 had no full-sequence gate: a 40-token prompt on 2 usable blocks of 16 is refused by
+    the pin's gate (3 blocks) and admitted by the old rule (its first 16-token chunk allocates),
+    which then stalls it: the old rule is a different schedule, not a fix."""
+    from kvverify.reference.config import VllmConfig
+    from kvverify.reference.driver import WorkloadSpec
+    from kvverify.reference.specs import FullAttentionSpec
+    from kvverify.targets import get_target
+
+    t = get_target("reference")
+    plan = t.plan(VllmConfig(block_size=16, max_model_len=64, max_num_batched_tokens=16, num_gpu_blocks_override=3),
+                  [{"l0": FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8)}])
+    work = [WorkloadSpec("big", tuple(range(40)), 1)]
+    pin = t.run_connector_workload(plan, work, None)
+    assert pin.stall_reason == "head_of_line" and pin.trace[0][1] == 0  # never admitted
+    with behaviours.only("no_full_sequence_gate"):
+        old = t.run_connector_workload(plan, work, None)
+    assert old.trace[0][1] == 1 and not old.completed  # admitted at step 1, then cannot grow
 
 
 def test_a_target_without_rules_has_none() -> None:

@@ -157,7 +157,8 @@ class WaitingPass:
                 request, num_new, num_new_computed_tokens=num_local, new_computed_blocks=computed_blocks,
                 num_lookahead_tokens=lookahead, num_external_computed_tokens=num_external,
                 delay_cache_blocks=load_kv_async, num_encoder_tokens=num_encoder,
-                full_sequence_must_fit=self.full_sequence_must_fit, reserved_blocks=reserved,
+                full_sequence_must_fit=self.full_sequence_must_fit and not behaviours.is_on("no_full_sequence_gate"),
+                reserved_blocks=reserved,
                 has_scheduled_reqs=bool(self.running))
             if new_blocks is None:
                 break  # head-of-line blocking: nothing behind it is tried
