@@ -87,6 +87,7 @@ FORMULAS: dict[str, st.SearchStrategy[tuple]] = {
     "startup_check_passes": args(z, n),
     "min_written_tokens": args(p, n),
     "planned_request_tokens": args(p, n),
+    "spec_step_tokens": args(n, n),
     "usable_blocks": args(p),
     "servable_alone": args(p, n),
     "reported_concurrency_at_least_one": args(p, n),

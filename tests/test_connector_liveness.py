@@ -188,3 +188,37 @@ def test_reservation_need_catches_the_unreserved_gates(flaw) -> None:
 
     with flaws.enabled(flaw):
         assert "reservation.short_of_inflight_need" in _fails(prop)
+
+
+def test_reservation_need_falls_back_to_the_parked_loads_before_the_gate() -> None:
+    """A release without ``_inflight_prefills`` (before #44560: 0.18, 0.19) is judged on its parked
+    loads; the request being admitted is never its own need, and the speculative step is counted."""
+    from types import SimpleNamespace
+
+    from kvverify.invariants.reservations import InflightNeedRecorder, check_reservation_covers_inflight
+
+    asked: list[tuple[str, int]] = []
+
+    class Release:  # no in-flight set; r0 parked (a load in flight), r1 running, r2 being admitted
+        requests = {"r0": SimpleNamespace(status="WAITING_FOR_REMOTE_KVS", num_tokens=40),
+                    "r1": SimpleNamespace(status="RUNNING", num_tokens=40),
+                    "r2": SimpleNamespace(status="WAITING_FOR_REMOTE_KVS", num_tokens=40)}
+        kv_cache_manager = SimpleNamespace(allocate_slots=lambda request, *a, **k: "blocks")
+
+        def inflight_prefill_ids(self):
+            return None
+
+        def num_blocks_to_hold(self, request_id, num_tokens):
+            asked.append((request_id, num_tokens))
+            return 1
+
+    release = Release()
+    rec = InflightNeedRecorder(release, max_model_len=32, num_speculative_tokens=1, num_lookahead_tokens=1)
+    admit = release.kv_cache_manager.allocate_slots
+    assert admit(SimpleNamespace(request_id="r2"), 16, delay_cache_blocks=True, reserved_blocks=0) == "blocks"
+    assert admit(SimpleNamespace(request_id="r1"), 16) == "blocks"  # not a load: not judged
+    assert asked == [("r0", 32 + 3)]  # min(40, L) + 1 + 1 draft + 1 lookahead
+    (v,) = check_reservation_covers_inflight(rec.admissions)
+    assert v.name == "reservation.short_of_inflight_need" and v.evidence["needs"] == {"r0": 1}
+    rec.admissions[:] = [type(rec.admissions[0])("r2", 1, (("r0", 1),))]
+    assert check_reservation_covers_inflight(rec.admissions) == []  # enough: a lower bound, not a formula

@@ -11,6 +11,8 @@ naming the symbol and the release. Checked on layer histories built from the tab
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import textwrap
 
 import pytest
 
@@ -161,22 +163,14 @@ def test_detect_names_a_renamed_transfer_state_attribute() -> None:
     fingerprint that silently leaves the fenced frees out (two states that differ would look alike)."""
     mods = _complete_new_release()
     pin = mods["vllm.v1.core.sched.scheduler"].Scheduler
-
-    class Scheduler:  # the pin's, with deferred_frees renamed
-        def __init__(self, vllm_config, kv_cache_config, structured_output_manager, block_size,
-                     hash_block_size=None, log_stats=False):
-            self.kv_holding_waiting: list = []
-            self._spec_decode_step_blocks = 0
-            self.finished_recving_kv_req_ids: set = set()
-            self.failed_recving_kv_req_ids: set = set()
-            self.processed_step_seq = self.sched_step_seq = 0
-            self.fenced_frees: list = []
-            self.defer_block_free = False
-            self._inflight_prefills: set = set()
-            self.deferred_waiting: set = set()
-
-        schedule = pin.schedule
-
+    # the pin's Scheduler with ``self.deferred_frees`` renamed in its own code (detection reads the
+    # names the code stores, so the rename has to be in the code, not in an instance)
+    src = textwrap.dedent(inspect.getsource(pin.__init__))
+    assert src.count("self.deferred_frees") == 1
+    namespace: dict = {}
+    exec(compile(src.replace("self.deferred_frees", "self.fenced_frees"), "<renamed>", "exec"), {}, namespace)
+    Scheduler = type("Scheduler", (), {**{k: v for k, v in vars(pin).items() if k not in ("__dict__", "__weakref__")},
+                                       "__init__": namespace["__init__"]})
     mods["vllm.v1.core.sched.scheduler"].Scheduler = Scheduler
     with pytest.raises(compat.DriftError, match=r"Scheduler\.deferred_frees"):
         compat.detect("0.33.1.dev3+g1a2b3c4", mods)

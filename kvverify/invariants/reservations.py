@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kvverify.invariants.base import Violation
+from kvverify.reference import arith
 
 
 def check_reservations(records: list[tuple[int, int, int]]) -> list[Violation]:
@@ -82,7 +83,7 @@ class InflightNeedRecorder:
     def __init__(self, scheduler: ReservingScheduler, *, max_model_len: int, num_speculative_tokens: int,
                  num_lookahead_tokens: int) -> None:
         self.admissions: list[LoadAdmission] = []
-        step = 1 + num_speculative_tokens + num_lookahead_tokens if num_speculative_tokens else 0
+        step = int(arith.spec_step_tokens(num_speculative_tokens, num_lookahead_tokens))
         kvm = scheduler.kv_cache_manager
         original = kvm.allocate_slots
 

@@ -177,6 +177,13 @@ def planned_request_tokens(max_model_len: Num, num_lookahead_tokens: Num = 0) ->
     return max_model_len
 
 
+def spec_step_tokens(num_speculative_tokens: Num, num_lookahead_tokens: Num) -> Num:
+    """The slots one speculative step writes past a request's tokens: the sampled token, the
+    drafts and the lookahead, ``1 + S + lookahead`` (0 without a drafter). What the async-load
+    gate reserves per in-flight prefill (``Scheduler._request_remaining_blocks``, #57104)."""
+    return ite(num_speculative_tokens > 0, 1 + num_speculative_tokens + num_lookahead_tokens, 0)
+
+
 def usable_blocks(num_blocks: Num) -> Num:
     """Blocks a BlockPool can hand out: all but the null block."""
     return num_blocks - 1

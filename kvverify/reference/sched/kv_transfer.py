@@ -63,6 +63,8 @@ class KVTransfer:
 
         def _free_blocks(self, request: Request) -> None: ...
 
+        def num_blocks_to_hold(self, request_id: str, num_tokens: int) -> int: ...
+
     # -- queues --
 
     @staticmethod
@@ -183,10 +185,7 @@ class KVTransfer:
         flat = self._spec_not_per_group()
         if not self._spec_unreserved() and not flat:
             num_tokens += self.num_spec_step_tokens
-        kvm = self.kv_cache_manager
-        blocks: int = kvm.coordinator.get_num_blocks_to_allocate(
-            request.request_id, num_tokens, kvm.empty_kv_cache_blocks.blocks, 0,
-            request.num_computed_tokens, full, apply_admission_cap=True)
+        blocks = self.num_blocks_to_hold(request.request_id, num_tokens)
         return blocks + self._spec_step_blocks() if flat else blocks
 
     def _inflight_prefill_reserved_blocks(self) -> int:
@@ -204,7 +203,7 @@ class KVTransfer:
             # included (never past max_model_len: allocate_slots caps its slots there)
             coordinator = self.kv_cache_manager.coordinator
             full = min(request.num_tokens, self.max_model_len)
-            slots = min(full + 1 + self.num_spec_tokens + self.num_lookahead_tokens, self.max_model_len)
+            slots = min(full + self.num_spec_step_tokens, self.max_model_len)
             need_all = coordinator.get_num_blocks_to_allocate(
                 request.request_id, slots, computed_blocks.blocks, 0, num_computed, full,
                 apply_admission_cap=True)

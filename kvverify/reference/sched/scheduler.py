@@ -44,6 +44,7 @@ from kvverify.reference.config import VllmConfig
 from kvverify.reference.connector import ConnectorMeta, ConnectorScript, ScriptedConnectorState, TransferResults
 from kvverify.reference.kv_cache_manager import KVCacheBlocks, KVCacheManager
 from kvverify.reference.managers import behaviour_spec
+from kvverify.reference import arith
 from kvverify.reference.ops import cdiv
 from kvverify.reference.request import (Request, RequestStatus, check_sampled_within_max_model_len,
                                         check_scheduled_token_counts, fake_output_token)
@@ -167,7 +168,7 @@ class Scheduler(WaitingPass, KVTransfer):
                                      and connector.is_kv_consumer)
         # blocks of one speculative step per group (Mamba managers count their own state)
         #: the slots of one speculative step: the sampled token, the drafts, the lookahead (0: no drafter)
-        self.num_spec_step_tokens = 1 + self.num_spec_tokens + self.num_lookahead_tokens if self.num_spec_tokens else 0
+        self.num_spec_step_tokens = int(arith.spec_step_tokens(self.num_spec_tokens, self.num_lookahead_tokens))
         num_spec_step_tokens = self.num_spec_step_tokens
         self._spec_decode_step_blocks = sum(
             cdiv(num_spec_step_tokens, m.block_size)

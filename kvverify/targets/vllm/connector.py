@@ -179,7 +179,7 @@ class ConnectorScheduler(UpstreamScheduler):
     def num_blocks_to_hold(self, request_id: str, num_tokens: int) -> int:
         """The coordinator's ``get_num_blocks_to_allocate`` for ``request_id`` to hold ``num_tokens``,
         nothing new computed, the admission cap applied (the keywords the release has)."""
-        from kvverify.targets.vllm.runtime import GATE_DROPPABLE
+        from kvverify.targets.vllm.runtime import gate_kwargs
 
         sched = self.upstream
         r = sched.requests[request_id]
@@ -190,9 +190,7 @@ class ConnectorScheduler(UpstreamScheduler):
                                   total_computed_tokens=r.num_computed_tokens,
                                   num_local_computed_tokens=r.num_computed_tokens, num_tokens_main_model=full,
                                   apply_admission_cap=True, prefill_end=max(r.num_prompt_tokens, r.num_tokens - 1))
-        known = self.caps.params.get("get_num_blocks_to_allocate", frozenset())
-        kw = {k: v for k, v in kw.items() if k in known or k not in GATE_DROPPABLE}
-        return int(kvm.coordinator.get_num_blocks_to_allocate(**kw))
+        return int(kvm.coordinator.get_num_blocks_to_allocate(**gate_kwargs(self.caps, kw)))
 
     def kv_transfer_state(self) -> tuple[object, ...]:
         sched = self.upstream

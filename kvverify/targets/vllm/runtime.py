@@ -128,6 +128,13 @@ GATE_DROPPABLE = {"num_local_computed_tokens": None, "apply_admission_cap": True
                   "num_tokens_main_model": None}  # the last: == num_tokens without speculation (absent in 0.14)
 
 
+def gate_kwargs(caps: compat.Compat, kw: dict[str, Any]) -> dict[str, Any]:
+    """``kw`` for the release's ``get_num_blocks_to_allocate``: the :data:`GATE_DROPPABLE`
+    keywords it lacks are dropped (any other is passed, so a missing one is a clear TypeError)."""
+    known = caps.params.get("get_num_blocks_to_allocate", frozenset())
+    return {k: v for k, v in kw.items() if k in known or k not in GATE_DROPPABLE}
+
+
 def admit_on_empty_pool(target: VllmTarget, plan: StartupPlan, num_tokens: int) -> tuple[bool, dict[str, int]]:
     """Ask the release's full-sequence gate to admit a prompt of ``num_tokens`` on an empty pool.
 
@@ -147,9 +154,7 @@ def admit_on_empty_pool(target: VllmTarget, plan: StartupPlan, num_tokens: int) 
                    num_encoder_tokens=0, total_computed_tokens=min(local, kvm.max_model_len),
                    num_local_computed_tokens=local, num_tokens_main_model=full, apply_admission_cap=True,
                    prefill_end=max(req.num_prompt_tokens, req.num_tokens - 1))
-    known = caps.params.get("get_num_blocks_to_allocate", frozenset())
-    gate_kw = {k: v for k, v in gate_kw.items() if k in known or k not in GATE_DROPPABLE}
-    need = int(kvm.coordinator.get_num_blocks_to_allocate(**gate_kw))
+    need = int(kvm.coordinator.get_num_blocks_to_allocate(**gate_kwargs(caps, gate_kw)))
     free = int(kvm.block_pool.get_num_free_blocks())
     if caps.admission_gate == "full_sequence_must_fit":
         alloc_kw: dict[str, Any] = dict(full_sequence_must_fit=True)
