@@ -95,6 +95,12 @@ CATALOG: dict[str, Fix] = {f.name: f for f in (
         "no override adjustment, no null-block reservation, no check, and its block count is left out of "
         "the cross-worker minimum (it takes the KV workers' count), instead of dividing by its 0 bytes per "
         "block (ZeroDivisionError)"),
+    Fix("num_gpu_blocks_override_validated", "F16-non-positive-block-override-blames-memory",
+        "CacheConfig refuses a num_gpu_blocks_override <= 0 on construction (pydantic gt=0, as #43794 did "
+        "for block_size and hash_block_size; upstream PR #44233 for #43842), so the operator is told which "
+        "flag is wrong instead of 'No available memory for the cache blocks. Try increasing "
+        "gpu_memory_utilization' (or, where the check does not count the override, a bare AssertionError "
+        "in BlockPool.__init__)"),
 )}
 
 _SWITCHES = Switches("fix", CATALOG)

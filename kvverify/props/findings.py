@@ -57,6 +57,11 @@ KNOWN_FAILURES: dict[str, str] = {
         "finding F15: a pipeline stage that holds no KV cache layer gets every group with no layers, "
         "so the planner's guards never fire and get_kv_cache_configs divides by its 0 bytes per block "
         "(ZeroDivisionError) (reports/findings/F15-kv-less-pipeline-stage-divides-by-zero.md)",
+    "test_bad_block_override_is_a_clear_error":
+        "finding F16: CacheConfig does not check num_gpu_blocks_override, so an override <= 0 reaches the "
+        "startup check, which refuses with 'No available memory for the cache blocks. Try increasing "
+        "gpu_memory_utilization' (or BlockPool.__init__ asserts) and never names the flag "
+        "(reports/findings/F16-non-positive-block-override-blames-memory.md)",
 }
 
 
@@ -77,6 +82,7 @@ FIXED_BY: dict[str, tuple[str, ...]] = {
     "test_loaded_mamba_state_is_predicted": ("mamba_align_counts_loaded_state",),
     "test_started_engine_admits_only_what_it_completes": ("budget_rechecked_after_late_chunked_prefill_off",),
     "test_pipeline_split_plans_clearly_and_serves": ("kv_less_stage_planned",),
+    "test_bad_block_override_is_a_clear_error": ("num_gpu_blocks_override_validated",),
 }
 
 #: fixes whose vLLM patch the vllm target cannot exercise (the known failure stays expected there)

@@ -7,10 +7,10 @@ Every field is validated on construction with an error naming it and its range.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from kvverify.errors import MAX_BLOCKS, MAX_BYTES, MAX_TOKENS, ConfigError
-from kvverify.reference.validation import require_int
+from kvverify.reference.validation import evolve, require_int
 
 AUTO_MAX_MODEL_LEN = -1  # upstream's ``max_model_len=-1`` ("auto")
 MAMBA_CACHE_MODES = ("none", "align")  # upstream's ``CacheConfig.mamba_cache_mode`` values
@@ -159,5 +159,6 @@ class VllmConfig:
                           "must be set")
 
     def with_max_model_len(self, max_model_len: int) -> VllmConfig:
-        """A copy planning for ``max_model_len`` (used by auto-fit and length searches)."""
-        return replace(self, max_model_len=max_model_len)
+        """A copy planning for ``max_model_len`` (used by auto-fit and length searches); an
+        unchecked copy (:func:`~kvverify.reference.validation.unchecked`) stays unchecked."""
+        return evolve(self, max_model_len=max_model_len)

@@ -13,14 +13,15 @@ BlockPool keeps is reserved.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from kvverify import fixes
 from kvverify.reference import arith
 from kvverify.reference.config import VllmConfig
 from kvverify.errors import ConfigError, StartupCheckError, MAX_BYTES
-from kvverify.reference.validation import require_int
+from kvverify.reference.engine_validation import validate_engine_config
+from kvverify.reference.validation import evolve, require_int
 from kvverify.reference.grouping import (
     KVCacheGroupSpec,
     get_global_kv_cache_groups,
@@ -146,12 +147,13 @@ def binary_search_max(fits: Callable[[int], bool], upper: int) -> int:
 def check_enough_kv_cache_memory_for_groups(available_memory: int, groups: Sequence[KVCacheGroupSpec],
                                             vllm_config: VllmConfig) -> None:
     """``_check_enough_kv_cache_memory`` as ``get_kv_cache_configs`` calls it: raise unless one
-    max_model_len request fits ``available_memory`` (already less the null block)."""
+    max_model_len request fits ``available_memory`` (already less the null block). The
+    no-memory refusal names only ``gpu_memory_utilization``, as upstream's does, also where an
+    override <= 0 caused it (finding F16)."""
     if available_memory <= 0:
         raise StartupCheckError(
-            "No available memory for the cache blocks (after reserving the null block). "
-            "Try increasing `gpu_memory_utilization`, `kv_cache_memory_bytes` or "
-            "`num_gpu_blocks_override`.",
+            "No available memory for the cache blocks. "
+            "Try increasing `gpu_memory_utilization` when initializing the engine.",
             max_model_len=vllm_config.max_model_len, needed_bytes=0,
             available_bytes=available_memory, estimated_max_model_len=0)
     needed = max_memory_usage_bytes_from_groups(groups, vllm_config)
@@ -259,7 +261,11 @@ def get_kv_cache_configs(vllm_config: VllmConfig, kv_cache_specs: Sequence[Mappi
 
 def plan_kv_cache(vllm_config: VllmConfig, kv_cache_specs: Sequence[Mapping[str, KVCacheSpec]],
                   available_memory: Sequence[int] | None = None) -> StartupPlan:
-    """Like :func:`get_kv_cache_configs`, but returns the plan with ``starts=False`` on refusal."""
+    """Like :func:`get_kv_cache_configs`, but returns the plan with ``starts=False`` on refusal.
+
+    First the checks upstream's config objects run (:func:`validate_engine_config`): a config
+    built past kvverify's own validation (the bad-input property) meets the engine's."""
+    validate_engine_config(vllm_config)
     if not kv_cache_specs:
         raise ConfigError("kv_cache_specs", [], "must list at least one worker's specs")
     global_groups = get_global_kv_cache_groups(vllm_config, kv_cache_specs)
@@ -335,7 +341,7 @@ def _engine_block_size(config: VllmConfig, groups: Sequence[KVCacheGroupSpec]) -
         return config
     cacheable = [g.kv_cache_spec.block_size for g in groups if g.kv_cache_spec.prefix_cacheable]
     block_size = min(cacheable or [g.kv_cache_spec.block_size for g in groups])
-    return config if block_size == config.block_size else replace(config, block_size=block_size)
+    return config if block_size == config.block_size else evolve(config, block_size=block_size)
 
 
 def _auto_fit_max_model_len(config: VllmConfig, worker_groups: Sequence[Sequence[KVCacheGroupSpec]],

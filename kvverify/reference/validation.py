@@ -12,7 +12,14 @@ bounds are checked either way. kvverify's own inputs (model catalog files) valid
 
 from __future__ import annotations
 
+import copy
+from dataclasses import replace
+from typing import Any, TypeVar
+
 from kvverify import errors, flaws
+
+T = TypeVar("T")
+_UNCHECKED = "_kvverify_unchecked"
 
 
 def require_int(field: str, value: object, *, minimum: int | None = None,
@@ -25,3 +32,32 @@ def require_int(field: str, value: object, *, minimum: int | None = None,
         if minimum is None or minimum < 0 or not flaws.is_on("no_positive_validation"):
             raise
         return errors.require_int(field, value, maximum=maximum)
+
+
+def unchecked(obj: T, **changes: Any) -> T:
+    """A copy of the frozen dataclass ``obj`` with ``changes`` set and **not** validated.
+
+    What an engine receives when nothing in front of it checked the value: kvverify's own
+    configuration objects refuse a bad field on construction (kvverify's front validation, for
+    its users), so the bad-input property (:mod:`kvverify.props.validation`) hands a target the
+    raw value this way, and the *engine's* validation decides: the reference's
+    :func:`~kvverify.reference.engine_validation.validate_engine_config` at planning, a real release's own config objects. A copy
+    stays unchecked through :func:`evolve`."""
+    fields = getattr(obj, "__dataclass_fields__", {})
+    for name in changes:
+        if name not in fields:
+            raise errors.ConfigError("field", name, f"is not a field of {type(obj).__name__}")
+    new = copy.copy(obj)
+    for name, value in changes.items():
+        object.__setattr__(new, name, value)
+    object.__setattr__(new, _UNCHECKED, True)
+    return new
+
+
+def evolve(obj: T, **changes: Any) -> T:
+    """``dataclasses.replace``, except that an :func:`unchecked` copy stays unchecked (the
+    planner's own copies must not re-run kvverify's front validation on a value the engine
+    accepted: that would mask what the engine does with it)."""
+    if getattr(obj, _UNCHECKED, False):
+        return unchecked(obj, **changes)
+    return replace(obj, **changes)  # type: ignore[type-var]

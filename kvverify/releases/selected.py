@@ -22,7 +22,9 @@ were still being installed gets its forward replays on them.
 ``connector``: the KV-transfer properties of issue 29 (async loads, the skipped-waiting queues,
 request slots, fenced frees, speculative blocks after a load) and findings F10-F13. A release
 whose Scheduler lacks a path the property needs skips it with the reason (capability detection,
-:class:`kvverify.targets.vllm.compat.Compat`), never a pass. Exit 1 when a run found a defect.
+:class:`kvverify.targets.vllm.compat.Compat`), never a pass. ``validation``: the bad-input
+properties (a non-positive field handed to the release's own ``CacheConfig`` /
+``SchedulerConfig`` and planner; finding F16). Exit 1 when a run found a defect.
 """
 
 from __future__ import annotations
@@ -42,8 +44,10 @@ from kvverify.releases.store import load_results, write_atomic
 #: section name -> the test files its releases run
 SECTIONS: dict[str, tuple[str, ...]] = {
     "connector": ("properties/test_connector.py", "properties/test_connector_findings.py"),
+    "validation": ("properties/test_bad_input.py",),
 }
-TITLES = {"connector": "The KV-transfer properties against real vLLM releases (issue 29)"}
+TITLES = {"connector": "The KV-transfer properties against real vLLM releases (issue 29)",
+          "validation": "Bad input against real vLLM releases: the engine's own validation (issue 27)"}
 
 
 def out_root(repo_root: Path, name: str) -> Path:

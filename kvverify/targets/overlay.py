@@ -52,6 +52,7 @@ PATCHES: dict[str, str] = {
     "mamba_align_counts_loaded_state": "F13-mamba-align-uncounted-loaded-state-block.diff",
     "budget_rechecked_after_late_chunked_prefill_off": "F14-late-chunked-prefill-off-skips-budget-check.diff",
     "kv_less_stage_planned": "F15-kv-less-pipeline-stage-divides-by-zero.diff",
+    "num_gpu_blocks_override_validated": "F16-non-positive-block-override-blames-memory.diff",
 }
 
 #: bump when the layout of an overlay changes (old cache entries are then ignored)

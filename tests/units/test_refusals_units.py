@@ -265,9 +265,8 @@ class Refusal:
     attrs: dict[str, int] = dc_field(default_factory=dict)  # StartupCheckError numbers
 
 
-NO_MEMORY = ("No available memory for the cache blocks (after reserving the null block). "
-             "Try increasing `gpu_memory_utilization`, `kv_cache_memory_bytes` or "
-             "`num_gpu_blocks_override`.")
+NO_MEMORY = ("No available memory for the cache blocks. "
+             "Try increasing `gpu_memory_utilization` when initializing the engine.")
 
 REFUSALS: list[Refusal] = [
     # --- pool.py

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 from typing import Any, NoReturn
 
 from kvverify.reference.config import VllmConfig
+from kvverify.reference.engine_validation import validate_stand_ins
 from kvverify.targets.vllm import compat
 from kvverify.targets.vllm.env import preserved_environ, upstream
 from kvverify.targets.vllm.knobs import cache_config_kwargs
@@ -91,6 +92,9 @@ def upstream_config(config: VllmConfig, *, max_model_len: int | None = None) -> 
     """
     up = upstream()
     caps = up.compat
+    # the checks of what the adapter stands in for (ModelConfig's max_model_len, the worker's
+    # memory): a config built past kvverify's validation meets them here, as on the reference
+    validate_stand_ins(config)
     if config.kv_connector and not caps.kv_connector:
         unsupported(f"vLLM {caps.version} {caps.lacking()['kv_connector']}")
     if config.max_concurrent_batches > 2:

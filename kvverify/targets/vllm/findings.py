@@ -81,6 +81,10 @@ FINDING_CAPABILITY: dict[str, Callable[[Compat, CheckRules], bool] | None] = {
     # treats it as KV-less (0.18.1 - 0.28.0: AssertionError "group_size must be greater than 0";
     # 0.29.0 - 0.31.0: AssertionError in _get_kv_cache_bytes_per_block; 0.33.0: ZeroDivisionError)
     "F15": None,
+    # CacheConfig.num_gpu_blocks_override has no positivity check in any supported release: the
+    # startup check refuses with "No available memory" (where it counts the override, >= 0.22),
+    # or BlockPool.__init__ asserts (where it does not)
+    "F16": None,
 }
 
 
