@@ -154,3 +154,10 @@ def test_planted_mutation_endless_loop_is_a_hang(monkeypatch) -> None:
     case = pv.F16_CASE
     [v] = pv.bad_input_violations(REFERENCE, case, "block_size", 0)
     assert v.name == "validation.hang"
+
+
+def test_a_crash_says_where_it_was_raised_without_the_machines_paths() -> None:
+    with flaws.enabled("no_positive_validation"):
+        [v] = pv.bad_input_violations(REFERENCE, pv.F16_CASE, "block_size", 0)
+    assert v.name == "validation.crash" and "ZeroDivisionError" in v.reason
+    assert str(v.evidence["where"]).startswith("kvverify/reference/"), v.evidence

@@ -30,7 +30,7 @@ from kvverify.connector_strategies import connector_cases, connector_workloads
 from kvverify.hypothesis_hooks import given
 from kvverify.invariants.base import Violation, assert_no_violations
 from kvverify.invariants.release import check_pool_whole, check_released
-from kvverify.props.connector import pool_tokens
+from kvverify.props.connector import chunked_local_misaligned, pool_tokens
 from kvverify.props.known import check_or_known
 from kvverify.props.recorder import recorded
 from kvverify.reference.connector import ConnectorScript
@@ -132,6 +132,10 @@ def _plain_release(target: Target, case: StartupCase, data: Any, *, turns: bool 
     require_capability(target, Capability.SCHEDULER)
     plan = target.plan(case.vllm_config, case.kv_cache_specs, case.available_memory)
     assume(plan.starts and plan.vllm_config.max_model_len >= 2)
+    # finding F7's deployments (a prefix-cached chunked-local group whose block size differs from
+    # the cache-hit alignment) assert on the first lookup: left to F7's own strict known failure,
+    # as the connector properties leave them
+    assume(not chunked_local_misaligned(plan))
     workload = data.draw(workloads(plan.vllm_config.max_model_len, turns=turns), label="workload")
     aborts = data.draw(abort_schedules([w.request_id for w in workload]), label="aborts")
     sched = target.scheduler(plan)

@@ -89,6 +89,16 @@ def _pipeline(target: Target, case: StartupCase, field: str, value: int) -> str 
     return None
 
 
+def _short(path: str) -> str:
+    """``vllm/v1/core/kv_cache_utils.py`` for a file in a venv, ``kvverify/...`` for kvverify's own:
+    where the crash was raised, the engine or the adapter, without the machine's paths."""
+    for marker in ("site-packages/", "/kvverify/"):
+        if marker in path:
+            head = "" if marker == "site-packages/" else "kvverify/"
+            return head + path.rsplit(marker, 1)[1]
+    return path
+
+
 def _names(field: str, message: str) -> bool:
     return field in message or (field == "prefix_match_unit" and "hash_block_size" in message)
 
@@ -109,7 +119,7 @@ def bad_input_violations(target: Target, case: StartupCase, field: str, value: i
     except Exception as e:  # noqa: BLE001 - any other exception is the violation itself
         frame = traceback.extract_tb(e.__traceback__)[-1]
         return [Violation("validation.crash", f"{type(e).__name__} instead of a clear ValueError",
-                          {**detail, "error": str(e)[:200], "where": f"{frame.filename}:{frame.lineno}"})]
+                          {**detail, "error": str(e)[:200], "where": f"{_short(frame.filename)}:{frame.lineno}"})]
     if refusal is not None:
         if _names(field, refusal):
             return []
