@@ -54,6 +54,9 @@ class Flaw:
       :mod:`kvverify.lemmas` lists it in ``catches`` (the lemma's own statement);
     * ``not_in_recorded``: why the recorded vLLM 0.33.0 differential cannot see it; empty
       when some recorded case must disagree with upstream once it is on;
+    * ``not_shipped``: why no release of the matrix ships it, read off the oldest release's own
+      code (the README's real-release table says so instead of "not found"); empty when some
+      release does or nobody looked;
     * ``policies``: the scheduling policies (``SchedulerConfig.policy``) the defect lives in,
       empty for all: under any other policy the flaw changes nothing, so nothing can catch it
       there (``tests/test_alternative_policies.py`` shows it inert instead).
@@ -73,6 +76,7 @@ class Flaw:
     no_lemma: str = ""
     not_in_recorded: str = ""
     policies: tuple[str, ...] = ()
+    not_shipped: str = ""
 
     @property
     def property_name(self) -> str:
@@ -187,7 +191,9 @@ CATALOG: dict[str, Flaw] = {f.name: f for f in (
          caught_by="kvverify.props.runtime.test_predictor_equals_allocator",
          budget=Budget(examples=200, shrunk_len=256),
          regression="kvverify.zoo_cases.evictable_hits_not_counted",
-         no_lemma="the managers' prefix-cache accounting at runtime, outside the proved capacity formulas"),
+         no_lemma="the managers' prefix-cache accounting at runtime, outside the proved capacity formulas",
+         not_shipped="fixed before 0.14.1, the oldest release run: its SingleTypeKVCacheManager."
+                     "get_num_blocks_to_allocate already adds num_evictable_blocks (hits with ref_cnt 0)"),
     # the KV-transfer paths (issue 29): two or three requests whose prompts fill a pool at the
     # startup boundary; the shrinker keeps N with L (N = blocks for L + 1), so N may stay larger
     Flaw(name="async_load_unreserved",

@@ -387,3 +387,33 @@ def test_stop_ends_a_run_in_progress_and_its_processes(tmp_path: Path) -> None:
         timer.cancel()
         runner.STOP.clear()
     assert time.monotonic() - started < 60
+
+
+def test_a_test_failing_unmutated_is_deselected_so_it_cannot_stop_a_mutants_run(tmp_path: Path) -> None:
+    """The baseline's left-out tests are deselected from a mutant's runs: with ``-x`` a left-out
+    test failing first would end the run before the tests after it, and the mutant would count as
+    survived although a later test kills it (what happened with F13's strict xfail passing under
+    the ``engine-mutation`` profile)."""
+
+    suite_dir = tmp_path / "props"
+    suite_dir.mkdir()
+    flag = tmp_path / "mutated"
+    (suite_dir / "test_a.py").write_text("def test_fails_unmutated():\n    assert 0\n")
+    (suite_dir / "test_b.py").write_text(
+        "import pathlib, pytest\n"
+        "class TestK:\n"
+        f"    @pytest.mark.parametrize('x', [1, 2])\n"
+        f"    def test_killer(self, x):\n        assert not pathlib.Path({str(flag)!r}).exists()\n")
+    suite = runner.Suite("guarantee", ("props",), target=False)
+    [base] = engine.baselines(sys.executable, [suite], tmp_path, engine.Limits())
+    assert base.left_out == ["props.test_a::test_fails_unmutated"]
+    assert base.deselect == ["props/test_a.py::test_fails_unmutated"]
+    assert base.nodeids["props.test_b.TestK::test_killer[2]"] == "props/test_b.py::TestK::test_killer[2]"
+    flag.write_text("a mutant")
+    stopped = runner.run_suite(sys.executable, suite, root=tmp_path, overlay=None, cpu_limit=60, wall_limit=120,
+                               first_failure=True)
+    assert outcomes.compare(base.outcomes, stopped.outcomes, timed_out=False, stopped_early=True).kind == "survived"
+    judged = runner.run_suite(sys.executable, suite, root=tmp_path, overlay=None, cpu_limit=60, wall_limit=120,
+                              first_failure=True, deselect=base.deselect)
+    verdict = outcomes.compare(base.outcomes, judged.outcomes, timed_out=False, stopped_early=True)
+    assert verdict.kind == "assertion" and verdict.changed[0][0].startswith("props.test_b.TestK::test_killer")

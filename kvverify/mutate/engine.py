@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvverify.errors import KVVerifyError
@@ -34,6 +34,7 @@ class Baseline:
     suite: Suite
     outcomes: dict[str, Outcome]
     cpu_seconds: float
+    nodeids: dict[str, str] = field(default_factory=dict)  # test id -> pytest node id
 
     @property
     def usable(self) -> int:
@@ -44,6 +45,12 @@ class Baseline:
     def left_out(self) -> list[str]:
         """Tests that failed or errored unmutated (left out of the comparison)."""
         return sorted(t for t, o in self.outcomes.items() if o.status in ("assertion", "crash"))
+
+    @property
+    def deselect(self) -> list[str]:
+        """The left-out tests' node ids: deselected from a mutant's runs, where a left-out test
+        failing first would stop the run (``-x``) before every test after it."""
+        return [self.nodeids[t] for t in self.left_out if t in self.nodeids]
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,7 @@ def baselines(python: str, suites: list[Suite], root: Path, limits: Limits) -> l
     out = []
     for s in suites:
         r = run_suite(python, s, root=root, overlay=None, cpu_limit=3600, wall_limit=7200)
-        b = Baseline(s, r.outcomes, r.cpu_seconds)
+        b = Baseline(s, r.outcomes, r.cpu_seconds, r.nodeids)
         if b.usable == 0:
             raise KVVerifyError(f"suite {s.name!r} has no test that passes on the unmutated vLLM "
                                 f"(exit {r.returncode}); its output ends:\n{r.tail[-1500:]}")
@@ -94,7 +101,8 @@ def run(python: str, mutants: list[Mutant], bases: list[Baseline], *, root: Path
                         continue  # its kill kind is decided: a guarantee property's verdict
                     cpu = limits.cpu(b)
                     r = run_suite(python, b.suite, root=root, overlay=ov.path, cpu_limit=cpu,
-                                  wall_limit=cpu * limits.wall_factor, first_failure=True)
+                                  wall_limit=cpu * limits.wall_factor, first_failure=True,
+                                  deselect=b.deselect)
                     verdicts[b.suite.name] = compare(b.outcomes, r.outcomes, timed_out=r.timed_out,
                                                       stopped_early=True)
             finally:

@@ -22,11 +22,12 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvverify.errors import KVVerifyError
-from kvverify.mutate.outcomes import Outcome, parse_junit
+from kvverify.mutate.outcomes import Outcome, parse_junit, parse_junit_nodeids
 
 #: the reference-only suites (no target) and the other engine's, left out of both vLLM suites
 _NOT_VLLM = ("properties/test_arith_backends.py", "properties/test_lemmas.py", "properties/test_lemma_models.py",
@@ -75,6 +76,7 @@ class RunResult:
     returncode: int
     cpu_seconds: float
     tail: str
+    nodeids: dict[str, str] = field(default_factory=dict)  # test id -> pytest node id
 
 
 def vllm_env(overlay: Path | None, reports: Path) -> dict[str, str]:
@@ -106,15 +108,18 @@ def _kill_group(pgid: int) -> None:
 
 
 def run_suite(python: str, suite: Suite, *, root: Path, overlay: Path | None, cpu_limit: int,
-              wall_limit: float, first_failure: bool = False, profile: str = "engine-mutation") -> RunResult:
+              wall_limit: float, first_failure: bool = False, profile: str = "engine-mutation",
+              deselect: Sequence[str] = ()) -> RunResult:
     """Run ``suite`` once (see the module docstring); never leaves a process behind.
-    ``first_failure``: stop at the first failing test (``-x``, a mutant's runs)."""
+    ``first_failure``: stop at the first failing test (``-x``, a mutant's runs); ``deselect``:
+    pytest node ids left out (the tests failing unmutated, in a mutant's runs)."""
     with tempfile.TemporaryDirectory(prefix="kvverify-mutate-") as tmp:
         junit = Path(tmp) / "junit.xml"
         cmd = [python, "-m", "pytest", *suite.args, "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
                "-o", "junit_family=xunit1", f"--junitxml={junit}"]
         if first_failure:
             cmd.append("-x")
+        cmd += [f"--deselect={n}" for n in deselect]
         if suite.target:
             cmd += ["--target", "vllm", "--hypothesis-profile", profile]
         with open(Path(tmp) / "out.txt", "w+b") as out:
@@ -149,7 +154,7 @@ def run_suite(python: str, suite: Suite, *, root: Path, overlay: Path | None, cp
         if rc in (-signal.SIGXCPU, -signal.SIGKILL) or "SIGXCPU" in tail:
             timed_out = True
         cpu = (usage.ru_utime + usage.ru_stime) if usage is not None else 0.0
-        return RunResult(parse_junit(junit), timed_out, rc, cpu, tail)
+        return RunResult(parse_junit(junit), timed_out, rc, cpu, tail, parse_junit_nodeids(junit))
 
 
 def default_python() -> str:

@@ -103,7 +103,9 @@ def zoo_real_release_section(data: Mapping[str, Any], sections: Mapping[str, Map
             cells.append(cell + ")")
         for (version, how), n in sorted(shared.items(), key=lambda kv: (version_key(kv[0][0]), kv[0][1])):
             cells.append(f"{version} {how} ({n} failure{'s' * (n != 1)})")
-        L.append(f"| `{name}` | yes | {md('; '.join(cells) or 'not found in the releases run')} |")
+        shipped = flaws.CATALOG[name].not_shipped
+        none = f"not shipped in the releases run: {shipped}" if shipped else "not found in the releases run"
+        L.append(f"| `{name}` | yes | {md('; '.join(cells) or none)} |")
     return "\n".join(L)
 
 
