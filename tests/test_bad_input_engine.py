@@ -161,3 +161,21 @@ def test_a_crash_says_where_it_was_raised_without_the_machines_paths() -> None:
         [v] = pv.bad_input_violations(REFERENCE, pv.F16_CASE, "block_size", 0)
     assert v.name == "validation.crash" and "ZeroDivisionError" in v.reason
     assert str(v.evidence["where"]).startswith("kvverify/reference/"), v.evidence
+
+
+def test_an_input_the_target_cannot_express_is_not_an_answer() -> None:
+    """A release that lacks a knob refuses the input (``unsupported``: a rejected example inside
+    Hypothesis, ``TargetUnsupported`` outside); that is neither a clear error nor a crash (the
+    first validation run on 0.25.0-0.28.0 counted Hypothesis' rejection as a crash)."""
+    from kvverify.targets.base import TargetUnsupported
+    from kvverify.targets.vllm.refusals import unsupported
+
+    class Lacking:
+        def __getattr__(self, name: str):
+            return getattr(REFERENCE, name)
+
+        def plan(self, *args, **kwargs):
+            unsupported("vLLM 0.25.0 has no prefix_match_unit")
+
+    with pytest.raises(TargetUnsupported):
+        pv.bad_input_violations(Lacking(), pv.F16_CASE, "prefix_match_unit", 0)  # type: ignore[arg-type]

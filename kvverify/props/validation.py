@@ -21,6 +21,7 @@ from collections.abc import Iterator
 
 from hypothesis import event, example
 from hypothesis import strategies as st
+from hypothesis.errors import UnsatisfiedAssumption
 
 from kvverify.hypothesis_hooks import given
 from kvverify.errors import KVVerifyError
@@ -31,7 +32,7 @@ from kvverify.reference.specs import FullAttentionSpec
 from kvverify.reference.validation import unchecked
 from kvverify.strategies import StartupCase, startup_cases
 from kvverify.reference.workloads import full_length_request
-from kvverify.targets.base import Target
+from kvverify.targets.base import Target, TargetUnsupported
 
 #: the fields the general property makes non-positive (``num_gpu_blocks_override`` has its own
 #: property below: every supported release has finding F16 there, and its strict xfail must not
@@ -116,6 +117,8 @@ def bad_input_violations(target: Target, case: StartupCase, field: str, value: i
             return []
         return [Violation("validation.unnamed_field", "the error does not name the bad field",
                           {**detail, "error": type(e).__name__, "message": str(e)[:200]})]
+    except (UnsatisfiedAssumption, TargetUnsupported):
+        raise  # the target cannot express this input (a knob the release lacks): not an answer
     except Exception as e:  # noqa: BLE001 - any other exception is the violation itself
         frame = traceback.extract_tb(e.__traceback__)[-1]
         return [Violation("validation.crash", f"{type(e).__name__} instead of a clear ValueError",
