@@ -90,21 +90,25 @@ def parse_junit(path: Path) -> dict[str, Outcome]:
 
 
 def parse_junit_nodeids(path: Path) -> dict[str, str]:
-    """``test id -> pytest node id`` (``file::[Class::]name``, relative to the run's rootdir) of a
-    pytest ``--junitxml`` file (xunit1 writes each test's ``file``); ``{}`` if it is missing or
-    unreadable. What ``--deselect`` takes."""
+    """``test id -> pytest node id`` (``path/test_mod.py::[Class::]name``, relative to the run's
+    rootdir) of a pytest ``--junitxml`` file; ``{}`` if it is missing or unreadable. What
+    ``--deselect`` takes. Read off the ``classname`` (``path.test_mod[.Class]``, trailing parts
+    that start upper-case are classes, pytest's ``Test*`` rule), not xunit1's ``file``: that is
+    where the function was defined, which for the suite's re-exported properties is
+    ``kvverify/props/...``, not the test module."""
     try:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError):
         return {}
     out: dict[str, str] = {}
     for case in root.iter("testcase"):
-        classname, name, file = case.get("classname", ""), case.get("name", ""), case.get("file")
-        if not file or not file.endswith(".py"):
-            continue
-        module = file[:-3].replace("/", ".")
-        classes = classname[len(module):].lstrip(".") if classname.startswith(module) else ""
-        out[f"{classname}::{name}"] = "::".join([file, *(classes.split(".") if classes else []), name])
+        classname, name = case.get("classname", ""), case.get("name", "")
+        parts = classname.split(".") if classname else []
+        classes: list[str] = []
+        while len(parts) > 1 and parts[-1][:1].isupper():
+            classes.insert(0, parts.pop())
+        if parts:
+            out[f"{classname}::{name}"] = "::".join(["/".join(parts) + ".py", *classes, name])
     return out
 
 
