@@ -99,8 +99,7 @@ CATALOG: dict[str, Fix] = {f.name: f for f in (
         "CacheConfig refuses a num_gpu_blocks_override <= 0 on construction (pydantic gt=0, as #43794 did "
         "for block_size and hash_block_size; upstream PR #44233 for #43842), so the operator is told which "
         "flag is wrong instead of 'No available memory for the cache blocks. Try increasing "
-        "gpu_memory_utilization' (or, where the check does not count the override, a bare AssertionError "
-        "in BlockPool.__init__)"),
+        "gpu_memory_utilization'"),
 )}
 
 _SWITCHES = Switches("fix", CATALOG)

@@ -60,7 +60,7 @@ KNOWN_FAILURES: dict[str, str] = {
     "test_bad_block_override_is_a_clear_error":
         "finding F16: CacheConfig does not check num_gpu_blocks_override, so an override <= 0 reaches the "
         "startup check, which refuses with 'No available memory for the cache blocks. Try increasing "
-        "gpu_memory_utilization' (or BlockPool.__init__ asserts) and never names the flag "
+        "gpu_memory_utilization' and never names the flag "
         "(reports/findings/F16-non-positive-block-override-blames-memory.md)",
 }
 

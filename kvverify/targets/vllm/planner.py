@@ -15,8 +15,8 @@ What the release has is asked of :class:`~.compat.Compat` (``target.compat``), n
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from kvverify.errors import ConfigError, KVVerifyError
 from kvverify.reference import specs as kv
@@ -32,6 +32,8 @@ from kvverify.targets.vllm.findings import CheckRules
 from kvverify.targets.vllm.knobs import apply_kv_cache_config_knobs
 from kvverify.targets.vllm.refusals import lacks, unsupported
 from kvverify.targets.vllm.specs import Translator
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from kvverify.targets.vllm.target import VllmTarget
@@ -216,17 +218,8 @@ def plan(target: VllmTarget, vllm_config: VllmConfig, kv_cache_specs: Sequence[M
             configs = _configs(up, vc, [dict(w) for w in up_specs], list(memory), groups)
         return vc, groups, configs
 
-    error: str | None = None
     with LOCK, preserved_environ():
-        try:
-            vc, groups, configs = attempt(checks=True)
-        except KVVerifyError:
-            raise
-        except ValueError as e:
-            if not is_check_refusal(e):
-                raise KVVerifyError(f"upstream planning failed: {type(e).__name__}: {e}") from e
-            error = str(e)
-            vc, groups, configs = attempt(checks=False)
+        (vc, groups, configs), error = checked_attempt(attempt, target.version)
         projected = [_project(up, groups, w) for w in up_specs]
         # a worker whose groups hold no layer (a pipeline stage without KV cache layers) is
         # reported as planning holds none: only a release with the F15 patch gets here with one
@@ -252,6 +245,40 @@ def plan(target: VllmTarget, vllm_config: VllmConfig, kv_cache_specs: Sequence[M
         blocks_per_group=blocks_per_group, starts=error is None, error=error,
         auto_fit_max_model_len=auto_fit_len,
         worker_groups=tuple(tr.groups_back(g) for g in projected))
+
+
+def checked_attempt(attempt: Callable[[bool], T], version: str) -> tuple[T, str | None]:
+    """``attempt(checks=True)``; on the startup check's refusal, the plan past the check
+    (``attempt(checks=False)``, to describe the refused plan) and the refusal's message.
+
+    Another ``ValueError`` is upstream's planning failing (a :class:`KVVerifyError` saying so,
+    e.g. a pydantic ``ValidationError`` naming a field). A crash of the second attempt is not the
+    engine's answer: the engine stopped at its check, planning on past it is kvverify's doing
+    (:class:`CheckRefusedUnplannable`, which carries the refusal)."""
+    try:
+        return attempt(True), None
+    except KVVerifyError:
+        raise
+    except ValueError as e:
+        if not is_check_refusal(e):
+            raise KVVerifyError(f"upstream planning failed: {type(e).__name__}: {e}") from e
+        error = str(e)
+    try:
+        return attempt(False), error
+    except (ArithmeticError, AssertionError, ValueError, TypeError, IndexError) as crash:
+        raise CheckRefusedUnplannable(version, error, crash) from crash
+
+
+class CheckRefusedUnplannable(KVVerifyError):
+    """The release's startup check refused the deployment, and the plan past the check, which
+    the adapter builds to describe a refused plan (groups, tensors), cannot be built either (e.g.
+    ``num_gpu_blocks_override=0``: 0.22.0's check refuses with "No available memory", then the
+    cross-worker block minimum divides by the override). The engine's answer is the refusal."""
+
+    def __init__(self, version: str, refusal: str, crash: BaseException) -> None:
+        self.refusal = refusal
+        super().__init__(f"{refusal} (vLLM {version}'s startup check refused; the plan past the check "
+                         f"cannot be described: {type(crash).__name__}: {crash})")
 
 
 def _raised_in(e: BaseException, function: str) -> bool:
