@@ -417,3 +417,16 @@ def test_a_test_failing_unmutated_is_deselected_so_it_cannot_stop_a_mutants_run(
                               first_failure=True, deselect=base.deselect)
     verdict = outcomes.compare(base.outcomes, judged.outcomes, timed_out=False, stopped_early=True)
     assert verdict.kind == "assertion" and verdict.changed[0][0].startswith("props.test_b.TestK::test_killer")
+
+
+def test_every_differential_file_runs_as_the_differential_not_as_guarantees() -> None:
+    """A reference-vs-engine comparison counts as kill kind (b), never as a guarantee property's
+    verdict: each ``properties/test_*differential*.py`` is in the differential suite or is
+    reference-only, and the guarantee suite leaves them all out (the connector differential was
+    once counted as guarantees)."""
+    root = Path(__file__).resolve().parents[1]
+    files = {f"properties/{p.name}" for p in (root / "properties").glob("test_*differential*.py")}
+    assert files and files <= set(runner.DIFFERENTIAL) | set(runner._NOT_VLLM), files
+    ignored = {a.removeprefix("--ignore=") for a in runner.guarantee_suite().args if a.startswith("--ignore=")}
+    assert files <= ignored
+    assert set(runner.differential_suite().args) == set(runner.DIFFERENTIAL)
