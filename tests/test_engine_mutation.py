@@ -217,6 +217,8 @@ def test_kill_kind_order_property_then_differential_then_crash_then_timeout() ->
     assert kind(guarantee="assertion", differential="crash") == "property"
     assert kind(guarantee="crash", differential="assertion") == "differential"
     assert kind(guarantee="crash", differential="survived") == "crash"
+    # a finding's strict xfail passing under the mutant is a behaviour change, not a guarantee verdict
+    assert kind(guarantee="xpassed", differential="survived") == "differential"
     assert kind(guarantee="timeout", differential="survived") == "timeout"
     assert kind(guarantee="survived", differential="survived", vllm_tests="assertion") is None
 
@@ -247,14 +249,15 @@ def test_outcomes_tell_assertions_from_crashes_and_skips(tmp_path: Path) -> None
                            "def test_e(): pytest.skip('no')\n"
                            "def test_f(): pass\n")
     status = {k.split("::")[1]: v.status for k, v in got.items()}
-    assert status == {"test_a": "assertion", "test_b": "crash", "test_c": "assertion", "test_d": "xfailed",
+    assert status == {"test_a": "assertion", "test_b": "crash", "test_c": "xpassed", "test_d": "xfailed",
                       "test_e": "skipped", "test_f": "passed"}
     base = {t: outcomes.Outcome(s) for t, s in (("a", "passed"), ("b", "passed"), ("c", "xfailed"))}
     O = outcomes.Outcome
     assert outcomes.compare(base, dict(base), timed_out=False).kind == "survived"
     assert outcomes.compare(base, {**base, "b": O("crash", "TypeError")}, timed_out=False).kind == "crash"
     assert outcomes.compare(base, {**base, "b": O("crash"), "a": O("assertion")}, timed_out=False).kind == "assertion"
-    assert outcomes.compare(base, {**base, "c": O("assertion", "[XPASS(strict)]")}, timed_out=False).kind == "assertion"
+    assert outcomes.compare(base, {**base, "c": O("xpassed", "[XPASS(strict)]")}, timed_out=False).kind == "xpassed"
+    assert outcomes.compare(base, {**base, "c": O("xpassed"), "a": O("assertion")}, timed_out=False).kind == "assertion"
     assert outcomes.compare(base, {**base, "a": O("skipped")}, timed_out=False).kind == "crash"
     assert outcomes.compare(base, {}, timed_out=False).kind == "crash"  # nothing ran: the module broke
     assert outcomes.compare(base, dict(base), timed_out=True).kind == "timeout"
@@ -398,7 +401,8 @@ def test_a_test_failing_unmutated_is_deselected_so_it_cannot_stop_a_mutants_run(
     suite_dir = tmp_path / "props"
     suite_dir.mkdir()
     flag = tmp_path / "mutated"
-    (suite_dir / "test_a.py").write_text("def test_fails_unmutated():\n    assert 0\n")
+    (suite_dir / "test_a.py").write_text("import pytest\n"
+                                         "@pytest.mark.xfail(strict=True)\ndef test_fails_unmutated():\n    pass\n")
     (suite_dir / "test_b.py").write_text(
         "import pathlib, pytest\n"
         "class TestK:\n"

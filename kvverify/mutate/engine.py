@@ -19,7 +19,7 @@ from pathlib import Path
 
 from kvverify.errors import KVVerifyError
 from kvverify.mutate.generate import Mutant
-from kvverify.mutate.outcomes import ASSERTION, SURVIVED, Outcome, Verdict, compare
+from kvverify.mutate.outcomes import ASSERTION, CRASH, SURVIVED, XPASSED, Outcome, Verdict, compare
 from kvverify.mutate.run import Suite, run_suite
 from kvverify.targets import overlay
 
@@ -44,7 +44,7 @@ class Baseline:
     @property
     def left_out(self) -> list[str]:
         """Tests that failed or errored unmutated (left out of the comparison)."""
-        return sorted(t for t, o in self.outcomes.items() if o.status in ("assertion", "crash"))
+        return sorted(t for t, o in self.outcomes.items() if o.status in (ASSERTION, CRASH, XPASSED))
 
     @property
     def deselect(self) -> list[str]:

@@ -3,14 +3,17 @@
 A mutant is judged per test, against the same test on the unmutated engine (the baseline):
 
 * ``assertion``: a test that passed (or was a strict known failure) now fails with an assertion
-  (``assert``, ``AssertionError``, ``pytest.fail``, a strict ``xfail`` that now passes): the
-  test's own verdict. In the ``guarantee`` suite that is a guarantee property's verdict, in the
+  (``assert``, ``AssertionError``, ``pytest.fail``): the test's own verdict. In the ``guarantee`` suite that is a guarantee property's verdict, in the
   ``differential`` suite the reference-vs-engine comparison's;
 * ``crash``: it now fails with another exception — or with an ``AssertionError`` raised inside
   the engine's own package (an upstream ``assert``: the engine crashing, not a property's
   verdict; told by the traceback's raising frame) —, the module does not import (a collection
   error, the test missing), or a test the unmutated engine ran is now skipped (the target
   refused a case it served);
+* ``xpassed``: a strict known failure (a finding's ``xfail``) now passes: the finding's
+  counterexample no longer reproduces. A behaviour change, not a guarantee property's verdict
+  (e.g. managers built with prefix caching off make F10's re-sent cached prompt miss): the
+  report counts it with the differential's kills, kind (b);
 * ``timeout``: the run hit its CPU-time (or wall) limit.
 
 A test that did not pass on the unmutated engine (failed, errored) is left out of the
@@ -31,9 +34,11 @@ from pathlib import Path
 
 #: outcome of one test: passed, failed (assertion), crashed (another exception), skipped, xfailed
 PASSED, ASSERTION, CRASH, SKIPPED, XFAILED = "passed", "assertion", "crash", "skipped", "xfailed"
+XPASSED = "xpassed"  #: a strict xfail that now passes
 TIMEOUT, SURVIVED = "timeout", "survived"
 
-_ASSERTION_PREFIXES = ("assert", "AssertionError", "Failed:", "[XPASS(strict)]")
+_ASSERTION_PREFIXES = ("assert", "AssertionError", "Failed:")
+_XPASS_PREFIX = "[XPASS(strict)]"
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,8 @@ def raised_in_engine(traceback: str) -> bool:
 
 def _failure_status(message: str, traceback: str = "") -> str:
     first = message.strip().splitlines()[0] if message.strip() else ""
+    if first.startswith(_XPASS_PREFIX):
+        return XPASSED
     if (first.startswith(_ASSERTION_PREFIXES) or "AssertionError" in first) and not raised_in_engine(traceback):
         return ASSERTION
     return CRASH
@@ -139,12 +146,12 @@ def compare(baseline: dict[str, Outcome], mutant: dict[str, Outcome], *, timed_o
             continue
         now = mutant.get(tid)
         if now is None:
-            if stopped_early and (changed or any(o.status in (ASSERTION, CRASH) for o in mutant.values())):
+            if stopped_early and (changed or any(o.status in (ASSERTION, CRASH, XPASSED) for o in mutant.values())):
                 continue
             changed.append((tid, f"{CRASH}: not run (collection error)"))
         elif now.status == base.status:
             continue
-        elif now.status in (ASSERTION, CRASH):
+        elif now.status in (ASSERTION, CRASH, XPASSED):
             changed.append((tid, f"{now.status}: {now.message}"))
         elif now.status == SKIPPED and base.status == PASSED:
             changed.append((tid, f"{CRASH}: skipped ({now.message})"))
@@ -152,7 +159,12 @@ def compare(baseline: dict[str, Outcome], mutant: dict[str, Outcome], *, timed_o
         changed.append(("<run>", f"{CRASH}: no JUnit result"))
     if not changed:
         return Verdict(SURVIVED)
-    kind = ASSERTION if any(c.startswith(ASSERTION) for _, c in changed) else CRASH
+    if any(c.startswith(ASSERTION) for _, c in changed):
+        kind = ASSERTION
+    elif any(c.startswith(CRASH) for _, c in changed):
+        kind = CRASH
+    else:
+        kind = XPASSED
     return Verdict(kind, tuple(changed[:keep]))
 
 

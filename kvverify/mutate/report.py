@@ -4,7 +4,9 @@ on the same mutants, 95 % Wilson intervals, and every survivor as a diff.
 Each killed mutant is counted once, by the first kind that applies, in this order:
 
 1. ``property``: a guarantee property's own verdict (an assertion in the ``guarantee`` suite);
-2. ``differential``: only the reference-vs-engine differential's assertion caught it;
+2. ``differential``: only the reference-vs-engine differential's assertion caught it, or a
+   finding's strict ``xfail`` that now passes (``xpassed``: the finding's counterexample no longer
+   reproduces, a behaviour change flagged as the differential flags one, not a guarantee verdict);
 3. ``crash``: only an engine exception, an import failure or a newly skipped test caught it;
 4. ``timeout``: only the CPU-time limit caught it.
 
@@ -29,7 +31,7 @@ from typing import Any
 from kvverify.errors import KVVerifyError
 from kvverify.mutate.engine import Baseline, MutantResult
 from kvverify.mutate.generate import Mutant
-from kvverify.mutate.outcomes import ASSERTION, CRASH, TIMEOUT, Verdict
+from kvverify.mutate.outcomes import ASSERTION, CRASH, TIMEOUT, XPASSED, Verdict
 
 KINDS = ("property", "differential", "crash", "timeout")
 _LINE = re.compile(r"^(\S+)\s+([0-9a-f]{12})\s+\[(\w+)\]\s+(.+)$")
@@ -72,7 +74,7 @@ def kill_kind(result: MutantResult) -> str | None:
     g, d = v.get("guarantee"), v.get("differential")
     if g is not None and g.kind == ASSERTION:
         return "property"
-    if d is not None and d.kind == ASSERTION:
+    if (d is not None and d.kind == ASSERTION) or (g is not None and g.kind == XPASSED):
         return "differential"
     ours = [x for name, x in v.items() if name != "vllm-tests"]
     if any(x.kind == CRASH for x in ours):
