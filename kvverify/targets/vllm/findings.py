@@ -82,7 +82,7 @@ FINDING_CAPABILITY: dict[str, Callable[[Compat, CheckRules], bool] | None] = {
     # 0.29.0 - 0.31.0: AssertionError in _get_kv_cache_bytes_per_block; 0.33.0: ZeroDivisionError)
     "F15": None,
     # CacheConfig.num_gpu_blocks_override has no positivity check in any supported release: the
-    # startup check refuses with "No available memory" and never names the flag (0.14.1 ... 0.33.0)
+    # startup check refuses with "No available memory" and never names the flag (every release run)
     "F16": None,
 }
 
