@@ -106,37 +106,36 @@ def test_F16_case_is_refused_naming_gpu_memory_utilization_only() -> None:
         assert pv.bad_input_violations(REFERENCE, pv.F16_CASE, "num_gpu_blocks_override", 0) == []
 
 
+def _caught_as(monkeypatch, mutant, match: str) -> str:
+    """Plant ``mutant`` (called with the real check) as the engine's validation, run the general
+    property from a cold start: it must fail with ``match``; the violation's name."""
+    real = planner.validate_engine_config
+    monkeypatch.setattr(planner, "validate_engine_config", lambda config: mutant(real, config))
+    failing: list[str] = []
+    with pytest.raises(AssertionError, match=match):
+        _general(Counter(), failing)
+    return failing[-1]
+
+
 def test_planted_mutation_unnamed_refusal_is_caught(monkeypatch) -> None:
     """Mutation: the engine refuses every bad value, but with a message that names no field."""
-    real = planner.validate_engine_config
-
-    def vague(config: VllmConfig) -> None:
+    def vague(real, config: VllmConfig) -> None:
         try:
             real(config)
         except ConfigError:
             raise KVVerifyError("invalid configuration") from None
 
-    monkeypatch.setattr(planner, "validate_engine_config", vague)
-    failing: list[str] = []
-    with pytest.raises(AssertionError, match="does not name the bad field"):
-        _general(Counter(), failing)
-    assert failing[-1] == "validation.unnamed_field"
+    assert _caught_as(monkeypatch, vague, "does not name the bad field") == "validation.unnamed_field"
 
 
 def test_planted_mutation_silent_clamp_is_caught(monkeypatch) -> None:
     """Mutation: a non-positive ``max_num_seqs`` is clamped to 1 instead of refused."""
-    real = planner.validate_engine_config
-
-    def clamping(config: VllmConfig) -> None:
+    def clamping(real, config: VllmConfig) -> None:
         if config.max_num_seqs < 1:
             object.__setattr__(config, "max_num_seqs", 1)
         real(config)
 
-    monkeypatch.setattr(planner, "validate_engine_config", clamping)
-    failing: list[str] = []
-    with pytest.raises(AssertionError, match="silently accepted"):
-        _general(Counter(), failing)
-    assert failing[-1] == "validation.accepted"
+    assert _caught_as(monkeypatch, clamping, "silently accepted") == "validation.accepted"
 
 
 def test_planted_mutation_endless_loop_is_a_hang(monkeypatch) -> None:

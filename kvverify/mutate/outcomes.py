@@ -73,15 +73,20 @@ def _failure_status(message: str, traceback: str = "") -> str:
     return CRASH
 
 
+def _testcases(path: Path) -> list[ET.Element]:
+    """The ``testcase`` elements of a pytest ``--junitxml`` file; none if it is missing or
+    unreadable (the run died before writing it)."""
+    try:
+        return list(ET.parse(path).getroot().iter("testcase"))
+    except (OSError, ET.ParseError):
+        return []
+
+
 def parse_junit(path: Path) -> dict[str, Outcome]:
     """``test id -> Outcome`` of a pytest ``--junitxml`` file (xunit1); ``{}`` if it is missing or
     unreadable (the run died before writing it)."""
-    try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError):
-        return {}
     out: dict[str, Outcome] = {}
-    for case in root.iter("testcase"):
+    for case in _testcases(path):
         tid = f"{case.get('classname', '')}::{case.get('name', '')}"
         status, message = PASSED, ""
         for child in case:
@@ -103,12 +108,8 @@ def parse_junit_nodeids(path: Path) -> dict[str, str]:
     that start upper-case are classes, pytest's ``Test*`` rule), not xunit1's ``file``: that is
     where the function was defined, which for the suite's re-exported properties is
     ``kvverify/props/...``, not the test module."""
-    try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError):
-        return {}
     out: dict[str, str] = {}
-    for case in root.iter("testcase"):
+    for case in _testcases(path):
         classname, name = case.get("classname", ""), case.get("name", "")
         parts = classname.split(".") if classname else []
         classes: list[str] = []
