@@ -178,3 +178,19 @@ def test_an_input_the_target_cannot_express_is_not_an_answer() -> None:
 
     with pytest.raises(TargetUnsupported):
         pv.bad_input_violations(Lacking(), pv.F16_CASE, "prefix_match_unit", 0)  # type: ignore[arg-type]
+
+
+def test_adapter_drift_is_not_an_answer() -> None:
+    """A ``DriftError`` (the adapter no longer matches the release) propagates: it is counted
+    neither as the release crashing nor as a clear refusal."""
+    from kvverify.targets.vllm.compat import DriftError
+
+    class Drifting:
+        def __getattr__(self, name: str):
+            return getattr(REFERENCE, name)
+
+        def plan(self, *args, **kwargs):
+            raise DriftError("vLLM 9.9.9: get_kv_cache_configs moved")
+
+    with pytest.raises(DriftError):
+        pv.bad_input_violations(Drifting(), pv.F16_CASE, "block_size", 0)  # type: ignore[arg-type]

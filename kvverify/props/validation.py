@@ -117,8 +117,10 @@ def bad_input_violations(target: Target, case: StartupCase, field: str, value: i
             return []
         return [Violation("validation.unnamed_field", "the error does not name the bad field",
                           {**detail, "error": type(e).__name__, "message": str(e)[:200]})]
-    except (UnsatisfiedAssumption, TargetUnsupported):
-        raise  # the target cannot express this input (a knob the release lacks): not an answer
+    except (UnsatisfiedAssumption, TargetUnsupported, ImportError):
+        # the target cannot express this input (a knob the release lacks), or adapter drift
+        # (DriftError, an ImportError): not the engine's answer, never a defect or a pass
+        raise
     except Exception as e:  # noqa: BLE001 - any other exception is the violation itself
         frame = traceback.extract_tb(e.__traceback__)[-1]
         return [Violation("validation.crash", f"{type(e).__name__} instead of a clear ValueError",

@@ -14,6 +14,15 @@ from kvverify.reference.validation import evolve, require_int
 
 AUTO_MAX_MODEL_LEN = -1  # upstream's ``max_model_len=-1`` ("auto")
 MAMBA_CACHE_MODES = ("none", "align")  # upstream's ``CacheConfig.mamba_cache_mode`` values
+#: the integer fields checked by range, field -> (minimum, maximum): one table for kvverify's own
+#: construction check and the engine's mirror of upstream's checks (``VllmConfig.check_int``)
+INT_RANGES: dict[str, tuple[int, int]] = {
+    "block_size": (1, MAX_TOKENS), "max_model_len": (1, MAX_TOKENS),
+    "max_num_batched_tokens": (1, MAX_TOKENS), "max_num_seqs": (1, 2**31),
+    "num_gpu_blocks_override": (1, MAX_BLOCKS), "kv_cache_memory_bytes": (1, MAX_BYTES),
+    "prefix_match_unit": (1, MAX_TOKENS)}
+#: the fields of :data:`INT_RANGES` that may be ``None`` (unset)
+OPTIONAL_INTS = frozenset({"num_gpu_blocks_override", "kv_cache_memory_bytes", "prefix_match_unit"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,23 +71,16 @@ class VllmConfig:
     enable_chunked_prefill: bool = True
 
     def __post_init__(self) -> None:
-        require_int("block_size", self.block_size, minimum=1, maximum=MAX_TOKENS)
-        if self.max_model_len != AUTO_MAX_MODEL_LEN:
-            require_int("max_model_len", self.max_model_len, minimum=1, maximum=MAX_TOKENS)
+        self.check_int("block_size")
+        self.check_model_len()
         if self.max_position_embeddings is not None:
             require_int("max_position_embeddings", self.max_position_embeddings, minimum=1,
                         maximum=MAX_TOKENS)
-        if self.max_model_len == AUTO_MAX_MODEL_LEN and self.max_position_embeddings is None:
-            raise ConfigError("max_position_embeddings", None,
-                              "must be set (>= 1) when max_model_len is -1 (auto): it bounds auto-fit")
-        require_int("max_num_batched_tokens", self.max_num_batched_tokens, minimum=1, maximum=MAX_TOKENS)
-        require_int("max_num_seqs", self.max_num_seqs, minimum=1, maximum=2**31)
+        self.check_int("max_num_batched_tokens")
+        self.check_int("max_num_seqs")
         require_int("max_concurrent_batches", self.max_concurrent_batches, minimum=1, maximum=64)
-        if self.num_gpu_blocks_override is not None:
-            require_int("num_gpu_blocks_override", self.num_gpu_blocks_override, minimum=1,
-                        maximum=MAX_BLOCKS)
-        if self.kv_cache_memory_bytes is not None:
-            require_int("kv_cache_memory_bytes", self.kv_cache_memory_bytes, minimum=1, maximum=MAX_BYTES)
+        self.check_int("num_gpu_blocks_override")
+        self.check_int("kv_cache_memory_bytes")
         if self.gpu_memory_bytes is not None:
             require_int("gpu_memory_bytes", self.gpu_memory_bytes, minimum=1, maximum=MAX_BYTES)
         if not isinstance(self.gpu_memory_utilization, (int, float)) or isinstance(
@@ -89,8 +91,7 @@ class VllmConfig:
                      "enable_chunked_prefill"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, getattr(self, name), "must be a bool")
-        if self.prefix_match_unit is not None:
-            require_int("prefix_match_unit", self.prefix_match_unit, minimum=1, maximum=MAX_TOKENS)
+        self.check_int("prefix_match_unit")
         if not isinstance(self.watermark, (int, float)) or isinstance(self.watermark, bool) \
                 or not 0 <= self.watermark < 1:
             raise ConfigError("watermark", self.watermark, "must be in [0, 1)")
@@ -108,6 +109,26 @@ class VllmConfig:
                         minimum=0, maximum=MAX_TOKENS)
         if self.scheduling_policy not in ("fcfs", "priority"):
             raise ConfigError("scheduling_policy", self.scheduling_policy, "must be one of ('fcfs', 'priority')")
+
+    def check_int(self, name: str, *, bounded_below: bool = True) -> None:
+        """Field ``name`` of :data:`INT_RANGES` an integer in its range (``None`` passes for an
+        optional one). ``bounded_below=False``: the type and the upper bound only, for a field the
+        engine leaves unbounded below (finding F16). The one check, shared by kvverify's own
+        construction check and the engine's mirror (:mod:`kvverify.reference.engine_validation`)."""
+        value = getattr(self, name)
+        if value is None and name in OPTIONAL_INTS:
+            return
+        low, high = INT_RANGES[name]
+        require_int(name, value, minimum=low if bounded_below else None, maximum=high)
+
+    def check_model_len(self) -> None:
+        """``max_model_len`` a positive integer, or ``-1`` (auto) with ``max_position_embeddings``
+        to fit under (upstream ``ModelConfig``'s check)."""
+        if self.max_model_len != AUTO_MAX_MODEL_LEN:
+            self.check_int("max_model_len")
+        elif self.max_position_embeddings is None:
+            raise ConfigError("max_position_embeddings", None,
+                              "must be set (>= 1) when max_model_len is -1 (auto): it bounds auto-fit")
 
     @property
     def auto_max_model_len(self) -> bool:

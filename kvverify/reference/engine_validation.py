@@ -10,9 +10,8 @@ engine's checks, warts included (finding F16).
 
 from __future__ import annotations
 
-from kvverify import errors, fixes
+from kvverify import fixes
 from kvverify.reference.config import VllmConfig
-from kvverify.reference.validation import require_int
 
 
 def validate_engine_config(config: VllmConfig) -> None:
@@ -25,17 +24,15 @@ def validate_engine_config(config: VllmConfig) -> None:
     * ``SchedulerConfig``: ``max_num_batched_tokens`` and ``max_num_seqs`` ``ge=1``;
     * then :func:`validate_stand_ins` (``ModelConfig``'s ``max_model_len``, the worker's memory).
 
-    Every check goes through :func:`require_int`, so zoo flaw
+    Each is ``VllmConfig``'s own range check (:meth:`~kvverify.reference.config.VllmConfig.check_int`,
+    one table), through :func:`~kvverify.reference.validation.require_int`, so zoo flaw
     ``no_positive_validation`` switches the positivity of all of them off."""
-    require_int("block_size", config.block_size, minimum=1, maximum=errors.MAX_TOKENS)
-    if config.prefix_match_unit is not None:
-        require_int("prefix_match_unit", config.prefix_match_unit, minimum=1, maximum=errors.MAX_TOKENS)
-    if config.num_gpu_blocks_override is not None:
-        minimum = 1 if fixes.is_on("num_gpu_blocks_override_validated") else None
-        require_int("num_gpu_blocks_override", config.num_gpu_blocks_override, minimum=minimum,
-                    maximum=errors.MAX_BLOCKS)
-    require_int("max_num_batched_tokens", config.max_num_batched_tokens, minimum=1, maximum=errors.MAX_TOKENS)
-    require_int("max_num_seqs", config.max_num_seqs, minimum=1, maximum=2**31)
+    config.check_int("block_size")
+    config.check_int("prefix_match_unit")
+    config.check_int("num_gpu_blocks_override",
+                     bounded_below=fixes.is_on("num_gpu_blocks_override_validated"))
+    config.check_int("max_num_batched_tokens")
+    config.check_int("max_num_seqs")
     validate_stand_ins(config)
 
 
@@ -51,11 +48,5 @@ def validate_stand_ins(config: VllmConfig) -> None:
       kv_cache_memory_bytes := ...``, so 0 silently means "profile" (noted in the F16 write-up;
       no target drives the worker, so no property judges it).
     """
-    if config.kv_cache_memory_bytes is not None:
-        require_int("kv_cache_memory_bytes", config.kv_cache_memory_bytes, minimum=1, maximum=errors.MAX_BYTES)
-    if config.auto_max_model_len:
-        if config.max_position_embeddings is None:
-            raise errors.ConfigError("max_position_embeddings", None,
-                                     "must be set (>= 1) when max_model_len is -1 (auto): it bounds auto-fit")
-        return
-    require_int("max_model_len", config.max_model_len, minimum=1, maximum=errors.MAX_TOKENS)
+    config.check_int("kv_cache_memory_bytes")
+    config.check_model_len()
